@@ -1,0 +1,60 @@
+# slurm-arnold: the two set-up commands are `make demo` and `make test`; both are idempotent.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+APT_PACKAGES := munge slurmctld slurmd slurmdbd slurm-client libslurm-dev mariadb-server \
+	mariadb-client python3 python3-venv python3-dev gcc make libgomp1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: help system venv cluster cluster-down cluster-status test lint demo clean
+
+help:
+	@echo "make demo          set up, start the local cluster, show the topology and a placement"
+	@echo "make test          set up, start the local cluster, run ruff, mypy and the tests"
+	@echo "make cluster       start the local Slurm cluster (idempotent); then: source devcluster.env"
+	@echo "make cluster-down  stop it"
+
+# Debian packages: installed only when one is missing (apt-get needs root).
+system:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
+		| grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:" $$missing >&2; \
+		if [ "$$(id -u)" != 0 ]; then echo "error: need root to apt-get install $$missing" >&2; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends $$missing >/dev/null || exit 1; \
+	fi; \
+	if dpkg-query -W -f='$${Status}' slurm-wlm-emulator 2>/dev/null | grep -q 'install ok'; then \
+		echo "error: slurm-wlm-emulator breaks multiple slurmd; apt-get purge slurm-wlm-emulator" >&2; exit 1; fi
+
+# Python packages into .venv, reinstalled only when pyproject.toml changes.
+venv: $(STAMP)
+$(STAMP): pyproject.toml | system
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+cluster: system
+	python3 site_config/devcluster/devcluster.py up
+
+cluster-down:
+	python3 site_config/devcluster/devcluster.py down
+
+cluster-status:
+	python3 site_config/devcluster/devcluster.py status
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: venv cluster lint
+	source ./devcluster.env && $(VENV)/bin/pytest -q
+
+demo: venv cluster
+	source ./devcluster.env && bash site_config/devcluster/demo.sh
+
+clean: cluster-down
+	rm -rf .devcluster devcluster.env

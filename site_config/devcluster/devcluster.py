@@ -1,0 +1,535 @@
+#!/usr/bin/env python3
+"""Start, stop and inspect the local development Slurm cluster.
+
+A real Slurm (Debian's packages) with many ``slurmd -N`` daemons on one host, a fat-tree
+``topology.conf``, fake GPUs, munge and slurmdbd on MariaDB for real accounting. Everything
+lives under ``<repo>/.devcluster`` (config, state, logs) and a short socket directory under
+``/tmp`` (unix socket paths are limited to 108 bytes). Only loopback addresses and ports of
+our own are used; daemons are stopped by their PID files.
+
+Standard library only: it runs before the project's virtual environment exists.
+
+Usage: devcluster.py up | down | status
+Size: ARNOLD_DEV_MINIPODS (4), ARNOLD_DEV_LEAVES (leaves per minipod, 4),
+ARNOLD_DEV_NODES (nodes per leaf, 4), ARNOLD_DEV_GPUS (GPUs per node, 8),
+ARNOLD_DEV_PORT_BASE (16800).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RUN = REPO / ".devcluster"
+ENV_FILE = REPO / "devcluster.env"
+CLUSTER_NAME = "arnolddev"
+DB_PASSWORD = "arnold-dev-only"
+
+
+class ClusterError(RuntimeError):
+    """The local cluster could not be started or stopped."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The size of the fat tree: minipods x leaves x nodes, GPUs per node."""
+
+    minipods: int
+    leaves: int
+    nodes: int
+    gpus: int
+    port_base: int
+
+    @classmethod
+    def from_env(cls) -> Shape:
+        def number(name: str, default: int) -> int:
+            raw = os.environ.get(name, str(default))
+            if not raw.isdigit() or int(raw) < 1:
+                raise ClusterError(f"{name}={raw!r} is not a positive integer; unset it or fix it")
+            return int(raw)
+
+        return cls(
+            number("ARNOLD_DEV_MINIPODS", 4),
+            number("ARNOLD_DEV_LEAVES", 4),
+            number("ARNOLD_DEV_NODES", 4),
+            number("ARNOLD_DEV_GPUS", 8),
+            number("ARNOLD_DEV_PORT_BASE", 16800),
+        )
+
+    @property
+    def node_count(self) -> int:
+        return self.minipods * self.leaves * self.nodes
+
+    @property
+    def width(self) -> int:
+        return max(3, len(str(self.node_count)))
+
+    def node(self, index: int) -> str:
+        return f"n{index + 1:0{self.width}d}"
+
+    def node_range(self, first: int, count: int) -> str:
+        return f"n[{first + 1:0{self.width}d}-{first + count:0{self.width}d}]"
+
+    @property
+    def all_nodes(self) -> str:
+        return self.node_range(0, self.node_count)
+
+    @property
+    def leaf_width(self) -> int:
+        return max(2, len(str(self.minipods * self.leaves - 1)))
+
+
+def socket_dir() -> Path:
+    """A short per-checkout directory for unix sockets."""
+    digest = hashlib.sha1(str(REPO).encode()).hexdigest()[:8]
+    return Path("/tmp") / f"arnold-{digest}"
+
+
+def paths() -> dict[str, Path]:
+    sock = socket_dir()
+    return {
+        "etc": RUN / "etc",
+        "bin": RUN / "bin",
+        "log": RUN / "log",
+        "state": RUN / "state",
+        "spool": RUN / "spool",
+        "gpu": RUN / "gpu",
+        "mysql": RUN / "mysql",
+        "arnold": RUN / "arnold-state",
+        "sock": sock,
+        "munge_socket": sock / "munge.socket.2",
+        "mysql_socket": sock / "mysqld.sock",
+        "munge_key": RUN / "munge" / "munge.key",
+    }
+
+
+def topology_conf(shape: Shape) -> str:
+    lines = [
+        "# Fat tree of the local development cluster, written by site_config/devcluster.",
+        f"# {shape.minipods} minipods x {shape.leaves} leaves x {shape.nodes} nodes"
+        f" x {shape.gpus} GPUs.",
+    ]
+    leaf = 0
+    pods = []
+    for pod in range(shape.minipods):
+        first_leaf = leaf
+        for _ in range(shape.leaves):
+            first_node = leaf * shape.nodes
+            lines.append(
+                f"SwitchName=leaf{leaf:0{shape.leaf_width}d} "
+                f"Nodes={shape.node_range(first_node, shape.nodes)}"
+            )
+            leaf += 1
+        w = shape.leaf_width
+        lines.append(
+            f"SwitchName=pod{pod} Switches=leaf[{first_leaf:0{w}d}-{leaf - 1:0{w}d}]"
+        )
+        pods.append(pod)
+    lines.append(f"SwitchName=core Switches=pod[0-{shape.minipods - 1}]")
+    return "\n".join(lines) + "\n"
+
+
+def slurm_conf(shape: Shape, p: dict[str, Path]) -> str:
+    first_port = shape.port_base + 1000 + 1
+    last_port = first_port + shape.node_count - 1
+    return f"""# Local development cluster of slurm-arnold (written by site_config/devcluster).
+ClusterName={CLUSTER_NAME}
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort={shape.port_base + 17}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={p['munge_socket']}
+CredType=cred/munge
+StateSaveLocation={p['state']}
+SlurmdSpoolDir={p['spool']}/%n
+SlurmctldPidFile={RUN}/slurmctld.pid
+SlurmdPidFile={RUN}/slurmd-%n.pid
+SlurmctldLogFile={p['log']}/slurmctld.log
+SlurmdLogFile={p['log']}/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+MpiDefault=none
+SwitchType=switch/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+TopologyPlugin=topology/tree
+SlurmdParameters=config_overrides
+PlugStackConfig={p['etc']}/plugstack.conf
+ReturnToService=2
+SlurmdTimeout=300
+InactiveLimit=0
+KillWait=5
+MinJobAge=600
+GresTypes=gpu
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort={shape.port_base + 19}
+AccountingStoragePass={p['munge_socket']}
+AccountingStorageTRES=gres/gpu
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+NodeName={shape.all_nodes} NodeAddr=127.0.0.1 Port=[{first_port}-{last_port}] CPUs=16 \
+RealMemory=64000 Gres=gpu:{shape.gpus} State=UNKNOWN
+PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def gres_conf(shape: Shape, p: dict[str, Path]) -> str:
+    return (
+        "AutoDetect=off\n"
+        f"NodeName={shape.all_nodes} Name=gpu File={p['gpu']}/nvidia[0-{shape.gpus - 1}]\n"
+    )
+
+
+def slurmdbd_conf(shape: Shape, p: dict[str, Path]) -> str:
+    return f"""# slurmdbd of the local development cluster (must stay mode 0600).
+AuthType=auth/munge
+AuthInfo=socket={p['munge_socket']}
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort={shape.port_base + 19}
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={shape.port_base + 6}
+StorageUser=slurm
+StoragePass={DB_PASSWORD}
+StorageLoc=slurm_acct_db
+PidFile={RUN}/slurmdbd.pid
+LogFile={p['log']}/slurmdbd.log
+DebugLevel=info
+"""
+
+
+def arnold_toml(p: dict[str, Path]) -> str:
+    return f"""# Site config of the local development cluster (written by site_config/devcluster).
+state_dir = "{p['arnold']}"
+minipod_level = 1
+"""
+
+
+def write_if_changed(path: Path, text: str, mode: int = 0o644) -> bool:
+    """Write ``text`` to ``path``; return whether the content changed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    old = path.read_text() if path.exists() else None
+    if old != text:
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text)
+        tmp.chmod(mode)
+        tmp.replace(path)
+    path.chmod(mode)
+    return old != text
+
+
+def pid_alive(pidfile: Path) -> int | None:
+    """The PID recorded in ``pidfile`` if that process is still running."""
+    try:
+        pid = int(pidfile.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return pid
+    return pid
+
+
+def wait_for(what: str, check, timeout: float = 60.0, log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    hint = f"; see {log}" if log else ""
+    raise ClusterError(f"{what} did not come up within {timeout:.0f} s{hint}")
+
+
+def run(cmd: list[str], env: dict[str, str] | None = None, **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, **kw)
+    if proc.returncode != 0:
+        raise ClusterError(
+            f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip() or proc.stdout.strip()}"
+        )
+    return proc
+
+
+def slurm_env(p: dict[str, Path]) -> dict[str, str]:
+    env = dict(os.environ)
+    env["SLURM_CONF"] = str(p["etc"] / "slurm.conf")
+    return env
+
+
+def check_packages() -> None:
+    missing = [
+        b
+        for b in ("/usr/sbin/slurmctld-wlm", "/usr/sbin/slurmd-wlm", "/usr/sbin/slurmstepd-wlm",
+                  "/usr/sbin/slurmdbd", "/usr/sbin/munged", "/usr/bin/sinfo")
+        if not Path(b).exists()
+    ]
+    if not (shutil.which("mariadbd") or Path("/usr/sbin/mariadbd").exists()):
+        missing.append("mariadbd")
+    if missing:
+        raise ClusterError(
+            f"missing {', '.join(missing)}; run `make cluster` (it installs the Debian packages)"
+        )
+    emulator = subprocess.run(["dpkg", "-s", "slurm-wlm-emulator"], capture_output=True)
+    if emulator.returncode == 0:
+        raise ClusterError(
+            "slurm-wlm-emulator is installed and breaks multiple-slurmd; "
+            "run `apt-get purge slurm-wlm-emulator`"
+        )
+
+
+def configure(shape: Shape, p: dict[str, Path]) -> bool:
+    """Write every config file; return whether the Slurm config changed."""
+    for key in ("etc", "bin", "log", "state", "spool", "gpu", "arnold"):
+        p[key].mkdir(parents=True, exist_ok=True)
+    p["sock"].mkdir(parents=True, exist_ok=True)
+    p["sock"].chmod(0o755)
+    # Daemons must run under their own names: under another name Slurm drops Gres= lines.
+    for name in ("slurmctld", "slurmd", "slurmstepd"):
+        link = p["bin"] / name
+        if not link.is_symlink():
+            link.symlink_to(f"/usr/sbin/{name}-wlm")
+    for i in range(shape.gpus):
+        dev = p["gpu"] / f"nvidia{i}"
+        if not dev.is_symlink():
+            dev.symlink_to("/dev/null")
+    changed = False
+    changed |= write_if_changed(p["etc"] / "slurm.conf", slurm_conf(shape, p))
+    changed |= write_if_changed(p["etc"] / "topology.conf", topology_conf(shape))
+    changed |= write_if_changed(p["etc"] / "gres.conf", gres_conf(shape, p))
+    changed |= write_if_changed(p["etc"] / "slurmdbd.conf", slurmdbd_conf(shape, p), 0o600)
+    plugstack = p["etc"] / "plugstack.conf"
+    if not plugstack.exists():
+        write_if_changed(plugstack, "# SPANK plugins of the local development cluster.\n")
+    write_if_changed(p["etc"] / "arnold.toml", arnold_toml(p))
+    return changed
+
+
+def start_munge(p: dict[str, Path]) -> None:
+    pidfile = RUN / "munged.pid"
+    if pid_alive(pidfile):
+        return
+    key = p["munge_key"]
+    key.parent.mkdir(parents=True, exist_ok=True)
+    key.parent.chmod(0o700)
+    if not key.exists():
+        key.write_bytes(os.urandom(128))
+    key.chmod(0o400)
+    run([
+        "/usr/sbin/munged", "--force",
+        f"--socket={p['munge_socket']}", f"--key-file={key}", f"--pid-file={pidfile}",
+        f"--log-file={p['log']}/munged.log", f"--seed-file={RUN}/munge/munged.seed",
+    ])
+    wait_for("munged", lambda: p["munge_socket"].exists(), 10, p["log"] / "munged.log")
+
+
+def mysql(p: dict[str, Path], sql: str) -> None:
+    client = shutil.which("mariadb") or "mysql"
+    run([client, "--protocol=socket", f"--socket={p['mysql_socket']}", "-u", "root", "-e", sql])
+
+
+def start_mariadb(shape: Shape, p: dict[str, Path]) -> None:
+    pidfile = RUN / "mariadb.pid"
+    if pid_alive(pidfile):
+        return
+    datadir = p["mysql"]
+    if not (datadir / "mysql").exists():
+        install = shutil.which("mariadb-install-db") or "mysql_install_db"
+        run([install, f"--datadir={datadir}", "--user=root", "--skip-test-db",
+             "--auth-root-authentication-method=socket"])
+    log = p["log"] / "mariadb.log"
+    subprocess.Popen(
+        ["/usr/sbin/mariadbd", "--no-defaults", f"--datadir={datadir}", "--user=root",
+         f"--socket={p['mysql_socket']}", f"--port={shape.port_base + 6}",
+         "--bind-address=127.0.0.1", f"--pid-file={pidfile}", f"--log-error={log}",
+         "--innodb-buffer-pool-size=64M", "--skip-name-resolve"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    wait_for("mariadbd", lambda: p["mysql_socket"].exists() and pid_alive(pidfile) is not None,
+             60, log)
+    mysql(p, f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{DB_PASSWORD}';"
+             "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+             "GRANT ALL ON `slurm_acct_db\\_%`.* TO 'slurm'@'127.0.0.1';")
+
+
+def port_open(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def start_slurmdbd(shape: Shape, p: dict[str, Path]) -> None:
+    pidfile = RUN / "slurmdbd.pid"
+    if pid_alive(pidfile):
+        return
+    env = slurm_env(p)
+    run(["/usr/sbin/slurmdbd"], env=env)  # reads slurmdbd.conf beside SLURM_CONF
+    wait_for("slurmdbd", lambda: port_open(shape.port_base + 19), 60, p["log"] / "slurmdbd.log")
+    clusters = run(["sacctmgr", "-n", "-P", "list", "cluster", "format=cluster"], env=env)
+    if CLUSTER_NAME not in clusters.stdout.split():
+        run(["sacctmgr", "-i", "add", "cluster", CLUSTER_NAME], env=env)
+
+
+def start_slurmctld(shape: Shape, p: dict[str, Path]) -> None:
+    if pid_alive(RUN / "slurmctld.pid"):
+        return
+    env = slurm_env(p)
+    run([str(p["bin"] / "slurmctld"), "-f", str(p["etc"] / "slurm.conf")], env=env)
+    wait_for("slurmctld", lambda: port_open(shape.port_base + 17), 60,
+             p["log"] / "slurmctld.log")
+
+
+def start_slurmds(shape: Shape, p: dict[str, Path]) -> None:
+    env = slurm_env(p)
+    started = []
+    for i in range(shape.node_count):
+        name = shape.node(i)
+        if pid_alive(RUN / f"slurmd-{name}.pid"):
+            continue
+        (p["spool"] / name).mkdir(parents=True, exist_ok=True)
+        started.append(subprocess.Popen(
+            [str(p["bin"] / "slurmd"), "-N", name, "-f", str(p["etc"] / "slurm.conf"),
+             "-d", str(p["bin"] / "slurmstepd")],
+            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True,
+        ))
+    for proc in started:
+        _, err = proc.communicate()
+        if proc.returncode != 0:
+            raise ClusterError(f"slurmd exited {proc.returncode}: {err.strip()}")
+
+
+def node_states(p: dict[str, Path]) -> dict[str, str]:
+    proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], env=slurm_env(p),
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {}
+    return dict(line.split() for line in proc.stdout.splitlines() if line.strip())
+
+
+def wait_idle(shape: Shape, p: dict[str, Path], timeout: float = 120.0) -> None:
+    def all_idle() -> bool:
+        states = node_states(p)
+        return len(states) == shape.node_count and all(
+            s.rstrip("*~#%") in ("idle",) for s in states.values()
+        )
+
+    try:
+        wait_for("every node idle", all_idle, timeout, p["log"] / "slurmctld.log")
+    except ClusterError:
+        states = node_states(p)
+        bad = {n: s for n, s in states.items() if s != "idle"}
+        raise ClusterError(
+            f"nodes not idle after {timeout:.0f} s: {dict(list(bad.items())[:5])}; "
+            f"see {p['log']}/slurmctld.log and slurmd-<node>.log"
+        ) from None
+
+
+def up() -> None:
+    shape = Shape.from_env()
+    check_packages()
+    p = paths()
+    changed = configure(shape, p)
+    if changed and pid_alive(RUN / "slurmctld.pid"):
+        print("devcluster: configuration changed, restarting Slurm daemons", file=sys.stderr)
+        stop_slurm(p)
+    t0 = time.monotonic()
+    start_munge(p)
+    start_mariadb(shape, p)
+    start_slurmdbd(shape, p)
+    start_slurmctld(shape, p)
+    start_slurmds(shape, p)
+    wait_idle(shape, p)
+    conf = p["etc"] / "slurm.conf"
+    write_if_changed(ENV_FILE, f"export SLURM_CONF={conf}\n")
+    print(
+        f"devcluster: {shape.node_count} nodes x {shape.gpus} GPUs idle "
+        f"({time.monotonic() - t0:.1f} s); run: source {ENV_FILE}",
+        file=sys.stderr,
+    )
+
+
+def stop_pidfile(pidfile: Path, timeout: float = 20.0) -> None:
+    pid = pid_alive(pidfile)
+    if pid is None:
+        pidfile.unlink(missing_ok=True)
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and pid_alive(pidfile) == pid:
+        time.sleep(0.1)
+    if pid_alive(pidfile) == pid:
+        os.kill(pid, signal.SIGKILL)
+    pidfile.unlink(missing_ok=True)
+
+
+def stop_slurm(p: dict[str, Path]) -> None:
+    for pidfile in sorted(RUN.glob("slurmd-*.pid")):
+        stop_pidfile(pidfile)
+    stop_pidfile(RUN / "slurmctld.pid")
+
+
+def down() -> None:
+    p = paths()
+    if not RUN.exists():
+        return
+    stop_slurm(p)
+    stop_pidfile(RUN / "slurmdbd.pid")
+    stop_pidfile(RUN / "mariadb.pid", timeout=60)
+    stop_pidfile(RUN / "munged.pid")
+    print("devcluster: stopped", file=sys.stderr)
+
+
+def status() -> int:
+    p = paths()
+    for name in ("munged", "mariadb", "slurmdbd", "slurmctld"):
+        pid = pid_alive(RUN / f"{name}.pid")
+        print(f"{name:10s} {'running pid ' + str(pid) if pid else 'stopped'}")
+    slurmds = [f for f in RUN.glob("slurmd-*.pid") if pid_alive(f)]
+    print(f"{'slurmd':10s} {len(slurmds)} running")
+    states = node_states(p)
+    counts: dict[str, int] = {}
+    for s in states.values():
+        counts[s] = counts.get(s, 0) + 1
+    print(f"{'nodes':10s} {counts or 'unknown'}")
+    return 0 if pid_alive(RUN / "slurmctld.pid") else 1
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[1] not in ("up", "down", "status"):
+        print("usage: devcluster.py up|down|status", file=sys.stderr)
+        return 2
+    try:
+        if argv[1] == "up":
+            up()
+        elif argv[1] == "down":
+            down()
+        else:
+            return status()
+    except ClusterError as exc:
+        print(f"devcluster: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

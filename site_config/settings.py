@@ -1,0 +1,196 @@
+"""Pydantic models of ``arnold.toml`` and the precedence rules that load it.
+
+Precedence, highest first: explicit overrides (CLI flags) > ``ARNOLD_*`` environment variables
+(nested keys with ``__``, e.g. ``ARNOLD_RESERVATION__MODE=shrink``) > the user's config
+(``$ARNOLD_CONFIG`` or ``~/.config/slurm-arnold/arnold.toml``) > the site config
+(``arnold.toml`` beside ``$SLURM_CONF``, i.e. ``/etc/slurm/arnold.toml`` by default) > defaults.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from slurm_arnold.errors import ConfigError
+
+
+class LinkTier(BaseModel):
+    """Bandwidth, latency and oversubscription of one level of the network."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bandwidth_gbps: float = Field(gt=0, description="per-GPU bandwidth in Gbit/s")
+    latency_us: float = Field(ge=0, description="one-way latency in microseconds")
+    oversubscription: float = Field(default=1.0, ge=1.0, description="uplink oversubscription")
+
+
+class NetworkTiers(BaseModel):
+    """The tiered network: inside a node, under one leaf, under one minipod, across the core."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    nvlink: LinkTier = LinkTier(bandwidth_gbps=3600.0, latency_us=2.0)
+    leaf: LinkTier = LinkTier(bandwidth_gbps=400.0, latency_us=5.0)
+    minipod: LinkTier = LinkTier(bandwidth_gbps=400.0, latency_us=8.0)
+    core: LinkTier = LinkTier(bandwidth_gbps=400.0, latency_us=12.0, oversubscription=2.0)
+
+
+class ReservationSettings(BaseModel):
+    """How reservations for large jobs behave."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["share", "shrink"] = "share"
+    large_job_gpus: int = Field(default=256, ge=1, description="a job this large gets reserved")
+    admins: list[str] = ["root", "slurm"]
+
+
+class PredictorSettings(BaseModel):
+    """Where the job-completion-time model lives and how it is used."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_dir: Path | None = None
+    quantile: float = Field(default=0.9, gt=0.0, lt=1.0)
+
+
+def _default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "slurm-arnold"
+
+
+class SiteConfig(BaseSettings):
+    """Every setting of slurm-arnold; see ``site_config/arnold.toml.example``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ARNOLD_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    state_dir: Path = Field(default_factory=_default_state_dir)
+    minipod_level: int = Field(
+        default=1, ge=0, description="switch level that forms a minipod (0 = leaf switches)"
+    )
+    partition: str | None = None
+    network: NetworkTiers = NetworkTiers()
+    reservation: ReservationSettings = ReservationSettings()
+    predictor: PredictorSettings = PredictorSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """CLI overrides, then ``ARNOLD_*`` variables, then the config files."""
+        return (init_settings, env_settings, _FileSource(settings_cls, _FILE_LAYER.get()))
+
+    @property
+    def db_path(self) -> Path:
+        """The SQLite state database."""
+        return self.state_dir / "arnold.db"
+
+
+def site_config_path() -> Path:
+    """The site's ``arnold.toml``: beside ``$SLURM_CONF``, as Slurm finds its other files."""
+    slurm_conf = Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf"))
+    return slurm_conf.parent / "arnold.toml"
+
+
+def user_config_path() -> Path:
+    """The user's ``arnold.toml``: ``$ARNOLD_CONFIG`` or ``~/.config/slurm-arnold/arnold.toml``."""
+    explicit = os.environ.get("ARNOLD_CONFIG")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "slurm-arnold" / "arnold.toml"
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    """Parse and validate one config file on its own, so errors name this file."""
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path, None, f"not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(path, None, f"cannot read: {exc.strerror}") from None
+    _validate(data, path)
+    return data
+
+
+def _validate(data: dict[str, Any], source: Path | str) -> None:
+    try:
+        SiteConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or None
+        msg = "unknown key; remove it or check its spelling" if err["type"] == "extra_forbidden" \
+            else str(err["msg"])
+        raise ConfigError(source, key, msg) from None
+
+
+def _merge(low: dict[str, Any], high: dict[str, Any]) -> dict[str, Any]:
+    out = dict(low)
+    for key, value in high.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """The already validated and merged contents of the site and user config files."""
+
+    def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self.data = data
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self.data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return self.data
+
+
+_FILE_LAYER: ContextVar[dict[str, Any]] = ContextVar("_FILE_LAYER", default={})
+
+
+def load_config(
+    overrides: dict[str, Any] | None = None,
+    *,
+    site_path: Path | None = None,
+    user_path: Path | None = None,
+) -> SiteConfig:
+    """Load the effective configuration.
+
+    ``overrides`` are the CLI's flags (``None`` values are ignored). Raises ``ConfigError``
+    naming the file and key when a config file is invalid, or naming the key when an
+    ``ARNOLD_*`` variable or flag is.
+    """
+    files: dict[str, Any] = {}
+    for path in (site_path or site_config_path(), user_path or user_config_path()):
+        if path.is_file():
+            files = _merge(files, _read_toml(path))
+    flags = {k: v for k, v in (overrides or {}).items() if v is not None}
+    token = _FILE_LAYER.set(files)
+    try:
+        return SiteConfig(**flags)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(
+            "command line or ARNOLD_* environment", key, str(err["msg"])
+        ) from None
+    finally:
+        _FILE_LAYER.reset(token)

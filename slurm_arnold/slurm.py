@@ -1,0 +1,488 @@
+"""The Slurm adapter: the only module of slurm-arnold that runs Slurm commands.
+
+Every command is logged at DEBUG before it runs; a failure raises ``SlurmError`` carrying the
+command, exit code, stdout and stderr; a missing command raises ``SlurmNotFound``. Commands honour
+``SLURM_CONF`` through the environment, as Slurm's own commands do.
+
+Where this Slurm's ``--json`` schema is one we have a parser for (OpenAPI v0.0.38, Slurm 22.05)
+we use it; otherwise we fall back to the stable text forms (``scontrol show ... --oneliner``,
+``squeue``/``sacct`` with explicit ``--format`` and ``--parsable2``). ``scontrol --json`` only
+exists from 23.02 on, so reservations and topology are always read as text.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shlex
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import hostlist
+
+from slurm_arnold.errors import SlurmError, SlurmNotFound, SlurmOutputError
+
+log = logging.getLogger(__name__)
+
+# Node states in which a node is down or being emptied; a node with any of them is not free.
+UNAVAILABLE_FLAGS = frozenset(
+    {"DRAIN", "DRAINING", "DRAINED", "DOWN", "FAIL", "FAILING", "NOT_RESPONDING",
+     "MAINTENANCE", "MAINT", "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "POWERING_UP",
+     "REBOOT_REQUESTED", "REBOOT_ISSUED", "INVALID_REG", "FUTURE", "UNKNOWN", "PLANNED"}
+)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node as slurmctld sees it."""
+
+    name: str
+    state: str  # base state, upper case: IDLE, MIXED, ALLOCATED, DOWN, ...
+    flags: frozenset[str]
+    partitions: tuple[str, ...]
+    gpus_total: int
+    gpus_used: int
+
+    @property
+    def gpus_free(self) -> int:
+        """GPUs not allocated to a job (0 when the node is unavailable)."""
+        if self.flags & UNAVAILABLE_FLAGS or self.state in UNAVAILABLE_FLAGS:
+            return 0
+        return max(0, self.gpus_total - self.gpus_used)
+
+    @property
+    def state_text(self) -> str:
+        """State with its flags, as ``sinfo -O StateComplete`` prints it (lower case)."""
+        return "+".join([self.state.lower(), *sorted(f.lower() for f in self.flags)])
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """One job in slurmctld's queue."""
+
+    job_id: int
+    name: str
+    user: str
+    state: str
+    nodes: tuple[str, ...]
+    partition: str
+    time_limit_min: int | None
+    start_time: int | None
+    end_time: int | None
+    reservation: str | None
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """One Slurm reservation."""
+
+    name: str
+    nodes: tuple[str, ...]
+    start_time: str
+    end_time: str
+    users: tuple[str, ...]
+    flags: tuple[str, ...]
+    state: str
+
+
+@dataclass(frozen=True)
+class AccountingRecord:
+    """One job from slurmdbd's accounting (``sacct``)."""
+
+    job_id: int
+    name: str
+    user: str
+    group: str
+    account: str
+    partition: str
+    qos: str
+    state: str
+    exit_code: int
+    nodes: tuple[str, ...]
+    node_count: int
+    gpus: int
+    submit: int | None
+    start: int | None
+    end: int | None
+    time_limit_min: int | None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+def parse_gpu_count(gres: str | None) -> int:
+    """GPUs in a GRES string such as ``gpu:8``, ``gpu:a100:4(S:0-1)``, ``gpu:2(IDX:0,2)``."""
+    if not gres or gres in ("(null)", "N/A"):
+        return 0
+    total = 0
+    for match in re.finditer(r"(?:^|,)gpu(?::[A-Za-z0-9_.\-]+)?:(\d+)", gres):
+        total += int(match.group(1))
+    return total
+
+
+def parse_oneliner(line: str) -> dict[str, str]:
+    """Split ``scontrol show ... --oneliner`` output into keys and values.
+
+    Values may contain spaces (``OS=Linux 6.1 #1 SMP``): a token without ``=`` belongs to the
+    value before it.
+    """
+    out: dict[str, str] = {}
+    last: str | None = None
+    for token in line.split():
+        key, eq, value = token.partition("=")
+        if eq and re.fullmatch(r"[A-Za-z][A-Za-z0-9_/:]*", key):
+            out[key] = value
+            last = key
+        elif last is not None:
+            out[last] += " " + token
+    return out
+
+
+def _split_state(raw: str) -> tuple[str, frozenset[str]]:
+    """``IDLE+DRAIN`` or ``idle*`` to a base state and flags."""
+    text = raw.strip().upper()
+    flags = set()
+    # sinfo/scontrol suffixes: * not responding, ~ powered off, # powering up, % powering down.
+    suffixes = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP",
+                "%": "POWERING_DOWN", "!": "POWER_DOWN", "$": "MAINTENANCE", "@": "REBOOT_REQUESTED"}
+    while text and text[-1] in suffixes:
+        flags.add(suffixes[text[-1]])
+        text = text[:-1]
+    parts = text.split("+")
+    return parts[0], frozenset(flags | set(parts[1:]))
+
+
+def _nodes_from_json_v0038(doc: Mapping[str, Any]) -> list[NodeInfo]:
+    out = []
+    for n in doc["nodes"]:
+        base, flags = _split_state(str(n["state"]))
+        out.append(NodeInfo(
+            name=n["name"],
+            state=base,
+            flags=flags | frozenset(str(f).upper() for f in n.get("state_flags") or []),
+            partitions=tuple(n.get("partitions") or ()),
+            gpus_total=parse_gpu_count(n.get("gres")),
+            gpus_used=parse_gpu_count(n.get("gres_used")),
+        ))
+    return out
+
+
+def _nodes_from_scontrol(text: str) -> list[NodeInfo]:
+    out = []
+    for line in text.splitlines():
+        if not line.startswith("NodeName="):
+            continue
+        f = parse_oneliner(line)
+        base, flags = _split_state(f.get("State", "UNKNOWN"))
+        used = re.search(r"gres/gpu=(\d+)", f.get("AllocTRES", ""))
+        out.append(NodeInfo(
+            name=f["NodeName"],
+            state=base,
+            flags=flags,
+            partitions=tuple(p for p in f.get("Partitions", "").split(",") if p),
+            gpus_total=parse_gpu_count(f.get("Gres")),
+            gpus_used=int(used.group(1)) if used else 0,
+        ))
+    return out
+
+
+def _jobs_from_json_v0038(doc: Mapping[str, Any]) -> list[JobInfo]:
+    out = []
+    for j in doc["jobs"]:
+        nodes = j.get("nodes") or ""
+        out.append(JobInfo(
+            job_id=int(j["job_id"]),
+            name=j.get("name") or "",
+            user=j.get("user_name") or str(j.get("user_id", "")),
+            state=str(j.get("job_state", "")).upper(),
+            nodes=tuple(hostlist.expand_hostlist(nodes)) if nodes else (),
+            partition=j.get("partition") or "",
+            time_limit_min=j.get("time_limit"),
+            start_time=j.get("start_time") or None,
+            end_time=j.get("end_time") or None,
+            reservation=j.get("reservation") or None,
+        ))
+    return out
+
+
+_SQUEUE_FIELDS = ["JobID", "Name", "UserName", "State", "NodeList", "Partition", "TimeLimit",
+                  "StartTime", "EndTime", "Reservation"]
+
+
+def _parse_duration_min(text: str) -> int | None:
+    """Slurm's ``[days-]hours:minutes:seconds`` (or ``UNLIMITED``) in whole minutes."""
+    text = text.strip()
+    if not text or text.upper() in ("UNLIMITED", "INFINITE", "NONE", "N/A", "PARTITION_LIMIT"):
+        return None
+    days = 0
+    if "-" in text:
+        d, text = text.split("-", 1)
+        days = int(d)
+    parts = [int(p) for p in text.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    h, m, s = parts[-3:]
+    return days * 1440 + h * 60 + m + (1 if s else 0)
+
+
+def _parse_time(text: str) -> int | None:
+    text = text.strip()
+    if not text or text in ("N/A", "Unknown", "None", "(null)"):
+        return None
+    try:
+        return int(datetime.fromisoformat(text).timestamp())
+    except ValueError:
+        return None
+
+
+def _jobs_from_squeue_text(text: str) -> list[JobInfo]:
+    out = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        f = line.split("|")
+        if len(f) != len(_SQUEUE_FIELDS):
+            raise SlurmOutputError(f"squeue: unexpected line {line!r}")
+        nodes = f[4].strip()
+        out.append(JobInfo(
+            job_id=int(f[0]), name=f[1], user=f[2], state=f[3].upper(),
+            nodes=tuple(hostlist.expand_hostlist(nodes)) if nodes and nodes != "(null)" else (),
+            partition=f[5], time_limit_min=_parse_duration_min(f[6]),
+            start_time=_parse_time(f[7]), end_time=_parse_time(f[8]),
+            reservation=f[9] if f[9] not in ("", "(null)") else None,
+        ))
+    return out
+
+
+def _gpus_from_tres(tres: Sequence[Mapping[str, Any]]) -> int:
+    return sum(int(t.get("count") or 0) for t in tres
+               if t.get("type") == "gres" and t.get("name") == "gpu")
+
+
+def _accounting_from_json_v0038(doc: Mapping[str, Any]) -> list[AccountingRecord]:
+    out = []
+    for j in doc["jobs"]:
+        t = j.get("time", {})
+        nodes = j.get("nodes") or ""
+        expanded = hostlist.expand_hostlist(nodes) if nodes and nodes != "None assigned" else []
+        out.append(AccountingRecord(
+            job_id=int(j["job_id"]),
+            name=j.get("name") or "",
+            user=j.get("user") or "",
+            group=j.get("group") or "",
+            account=j.get("account") or "",
+            partition=j.get("partition") or "",
+            qos=j.get("qos") or "",
+            state=str(j.get("state", {}).get("current", "")).upper(),
+            exit_code=int(j.get("exit_code", {}).get("return_code") or 0),
+            nodes=tuple(expanded),
+            node_count=int(j.get("allocation_nodes") or len(expanded)),
+            gpus=_gpus_from_tres(j.get("tres", {}).get("allocated") or []),
+            submit=t.get("submission") or None,
+            start=t.get("start") or None,
+            end=t.get("end") or None,
+            time_limit_min=t.get("limit"),
+        ))
+    return out
+
+
+_SACCT_FIELDS = ["JobIDRaw", "JobName", "User", "Group", "Account", "Partition", "QOS", "State",
+                 "ExitCode", "NodeList", "NNodes", "AllocTRES", "Submit", "Start", "End",
+                 "TimelimitRaw"]
+
+
+def _accounting_from_sacct_text(text: str) -> list[AccountingRecord]:
+    out = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        f = line.split("|")
+        if len(f) != len(_SACCT_FIELDS):
+            raise SlurmOutputError(f"sacct: unexpected line {line!r}")
+        if not f[0].isdigit():  # job steps (123.batch) are not jobs
+            continue
+        nodes = f[9]
+        gpus = re.search(r"gres/gpu=(\d+)", f[11])
+        limit = f[15].strip()
+        out.append(AccountingRecord(
+            job_id=int(f[0]), name=f[1], user=f[2], group=f[3], account=f[4], partition=f[5],
+            qos=f[6], state=f[7].split()[0].upper() if f[7] else "",
+            exit_code=int(f[8].split(":")[0] or 0),
+            nodes=tuple(hostlist.expand_hostlist(nodes))
+            if nodes and nodes != "None assigned" else (),
+            node_count=int(f[10] or 0), gpus=int(gpus.group(1)) if gpus else 0,
+            submit=_parse_time(f[12]), start=_parse_time(f[13]), end=_parse_time(f[14]),
+            time_limit_min=int(limit) if limit.isdigit() else None,
+        ))
+    return out
+
+
+def _reservations_from_scontrol(text: str) -> list[Reservation]:
+    out = []
+    for line in text.splitlines():
+        if not line.startswith("ReservationName="):
+            continue
+        f = parse_oneliner(line)
+        nodes = f.get("Nodes", "")
+        users = f.get("Users", "(null)")
+        out.append(Reservation(
+            name=f["ReservationName"],
+            nodes=tuple(hostlist.expand_hostlist(nodes)) if nodes and nodes != "(null)" else (),
+            start_time=f.get("StartTime", ""),
+            end_time=f.get("EndTime", ""),
+            users=tuple(u for u in users.split(",") if u and users != "(null)"),
+            flags=tuple(x for x in f.get("Flags", "").split(",") if x and x != "(null)"),
+            state=f.get("State", ""),
+        ))
+    return out
+
+
+def _json_version(doc: Mapping[str, Any]) -> str:
+    meta = doc.get("meta", {})
+    plugin = meta.get("plugin", {})
+    return str(plugin.get("type") or plugin.get("data_parser") or "")
+
+
+class Slurm:
+    """Runs Slurm's commands. ``env`` overrides the environment (e.g. ``SLURM_CONF``)."""
+
+    def __init__(self, env: Mapping[str, str] | None = None, *, use_json: bool = True,
+                 timeout: float = 120.0) -> None:
+        self.env = dict(os.environ if env is None else env)
+        self.use_json = use_json
+        self.timeout = timeout
+
+    # -- running commands -------------------------------------------------------------
+    def run(self, args: Sequence[str], *, input: str | None = None,
+            check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run one Slurm command; raise ``SlurmError`` when it fails and ``check`` is set."""
+        cmd = list(args)
+        log.debug("running: %s", shlex.join(cmd))
+        try:
+            proc = subprocess.run(cmd, input=input, capture_output=True, text=True,
+                                  env=self.env, timeout=self.timeout)
+        except FileNotFoundError:
+            raise SlurmNotFound(cmd[0]) from None
+        except subprocess.TimeoutExpired as exc:
+            raise SlurmError(cmd, -1, str(exc.stdout or ""),
+                             f"timed out after {self.timeout:.0f} s") from None
+        if check and proc.returncode != 0:
+            raise SlurmError(cmd, proc.returncode, proc.stdout, proc.stderr)
+        return proc
+
+    def _json(self, args: Sequence[str]) -> dict[str, Any] | None:
+        """Run a ``--json`` command; ``None`` when we have no parser for its schema."""
+        if not self.use_json:
+            return None
+        out = self.run([*args, "--json"]).stdout
+        try:
+            doc: dict[str, Any] = json.loads(out)
+        except json.JSONDecodeError as exc:
+            raise SlurmOutputError(f"{args[0]} --json: not JSON ({exc})") from None
+        if _json_version(doc) not in ("openapi/v0.0.38", "openapi/dbv0.0.38"):
+            log.debug("%s --json: schema %r has no parser, using text", args[0], _json_version(doc))
+            return None
+        return doc
+
+    # -- cluster ------------------------------------------------------------------------
+    def version(self) -> tuple[int, int]:
+        """Slurm's (major, minor) version, from ``sinfo --version``."""
+        out = self.run(["sinfo", "--version"]).stdout
+        m = re.search(r"(\d+)\.(\d+)", out)
+        if not m:
+            raise SlurmOutputError(f"sinfo --version: cannot read {out.strip()!r}")
+        return int(m.group(1)), int(m.group(2))
+
+    def nodes(self) -> list[NodeInfo]:
+        """Every node with its state and GPUs."""
+        doc = self._json(["sinfo"])
+        if doc is not None:
+            return _nodes_from_json_v0038(doc)
+        return _nodes_from_scontrol(self.run(["scontrol", "show", "node", "--oneliner"]).stdout)
+
+    def topology_text(self) -> str:
+        """The raw ``scontrol show topology`` output."""
+        return self.run(["scontrol", "show", "topology"]).stdout
+
+    def default_partition(self) -> str | None:
+        """The cluster's default partition, if one is set."""
+        out = self.run(["scontrol", "show", "partition", "--oneliner"]).stdout
+        for line in out.splitlines():
+            f = parse_oneliner(line)
+            if f.get("Default") == "YES":
+                return f.get("PartitionName")
+        return None
+
+    # -- jobs ---------------------------------------------------------------------------
+    def jobs(self) -> list[JobInfo]:
+        """Every job slurmctld still knows."""
+        doc = self._json(["squeue"])
+        if doc is not None:
+            return _jobs_from_json_v0038(doc)
+        fmt = ",".join(f"{name}:|" for name in _SQUEUE_FIELDS)
+        out = self.run(["squeue", "--all", "--noheader", "--states=all", "--Format", fmt]).stdout
+        return _jobs_from_squeue_text("\n".join(line.rstrip("|").rstrip() for line in
+                                                out.splitlines()))
+
+    def submit(self, args: Sequence[str], script: str | None = None) -> int:
+        """Submit with ``sbatch --parsable``; return the job id.
+
+        ``args`` are sbatch's options (and a script path); ``script`` is sent on stdin.
+        """
+        proc = self.run(["sbatch", "--parsable", *args], input=script)
+        first = proc.stdout.strip().split(";", 1)[0]
+        if not first.isdigit():
+            raise SlurmOutputError(f"sbatch --parsable printed {proc.stdout.strip()!r}")
+        return int(first)
+
+    def cancel(self, job_id: int) -> None:
+        """Cancel a job."""
+        self.run(["scancel", str(job_id)])
+
+    # -- reservations -------------------------------------------------------------------
+    def reservations(self) -> list[Reservation]:
+        """Every reservation."""
+        return _reservations_from_scontrol(
+            self.run(["scontrol", "show", "reservation", "--oneliner"]).stdout
+        )
+
+    def create_reservation(self, name: str, nodes: Sequence[str], *, users: Sequence[str],
+                           start: str = "now", duration: str = "UNLIMITED",
+                           flags: Sequence[str] = ()) -> None:
+        """Create a reservation on exactly ``nodes`` for ``users``."""
+        args = ["scontrol", "create", "reservation", f"ReservationName={name}",
+                f"Nodes={hostlist.collect_hostlist(list(nodes))}", f"StartTime={start}",
+                f"Duration={duration}", f"Users={','.join(users)}"]
+        if flags:
+            args.append(f"Flags={','.join(flags)}")
+        self.run(args)
+
+    def update_reservation(self, name: str, **fields: str) -> None:
+        """Update fields (``Nodes``, ``StartTime``, ``Users``, ...) of a reservation."""
+        self.run(["scontrol", "update", f"ReservationName={name}",
+                  *(f"{k}={v}" for k, v in fields.items())])
+
+    def delete_reservation(self, name: str) -> None:
+        """Delete a reservation."""
+        self.run(["scontrol", "delete", f"ReservationName={name}"])
+
+    # -- accounting ---------------------------------------------------------------------
+    def accounting(self, job_ids: Sequence[int] = (), *, since: str | None = None,
+                   all_users: bool = True) -> list[AccountingRecord]:
+        """Finished and running jobs from slurmdbd (``sacct``)."""
+        args = ["sacct", "--allocations"]
+        if all_users:
+            args.append("--allusers")
+        if job_ids:
+            args.append("--jobs=" + ",".join(str(j) for j in job_ids))
+        if since:
+            args.append(f"--starttime={since}")
+        doc = self._json(args)
+        if doc is not None:
+            return _accounting_from_json_v0038(doc)
+        out = self.run([*args, "--parsable2", "--noheader",
+                        "--format=" + ",".join(_SACCT_FIELDS)]).stdout
+        return _accounting_from_sacct_text(out)
