@@ -92,7 +92,7 @@ class SiteConfig(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """CLI overrides, then ``ARNOLD_*`` variables, then the config files."""
-        return (init_settings, env_settings, _FileSource(settings_cls, _FILE_LAYER.get()))
+        return (init_settings, env_settings, _FileSource(settings_cls, _FILE_LAYER.get() or {}))
 
     @property
     def db_path(self) -> Path:
@@ -163,7 +163,7 @@ class _FileSource(PydanticBaseSettingsSource):
         return self.data
 
 
-_FILE_LAYER: ContextVar[dict[str, Any]] = ContextVar("_FILE_LAYER", default={})
+_FILE_LAYER: ContextVar[dict[str, Any] | None] = ContextVar("_FILE_LAYER", default=None)
 
 
 def load_config(

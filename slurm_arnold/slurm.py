@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 UNAVAILABLE_FLAGS = frozenset(
     {"DRAIN", "DRAINING", "DRAINED", "DOWN", "FAIL", "FAILING", "NOT_RESPONDING",
      "MAINTENANCE", "MAINT", "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "POWERING_UP",
-     "REBOOT_REQUESTED", "REBOOT_ISSUED", "INVALID_REG", "FUTURE", "UNKNOWN", "PLANNED"}
+     "REBOOT_REQUESTED", "REBOOT_ISSUED", "INVALID_REG", "FUTURE", "UNKNOWN", "PLANNED",
+     "COMPLETING"}
 )
 
 
@@ -147,7 +148,8 @@ def _split_state(raw: str) -> tuple[str, frozenset[str]]:
     flags = set()
     # sinfo/scontrol suffixes: * not responding, ~ powered off, # powering up, % powering down.
     suffixes = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP",
-                "%": "POWERING_DOWN", "!": "POWER_DOWN", "$": "MAINTENANCE", "@": "REBOOT_REQUESTED"}
+                "%": "POWERING_DOWN", "!": "POWER_DOWN", "$": "MAINTENANCE",
+                "@": "REBOOT_REQUESTED"}
     while text and text[-1] in suffixes:
         flags.add(suffixes[text[-1]])
         text = text[:-1]

@@ -132,7 +132,9 @@ def _expand(expr: str, source: str, line: int, key: str) -> list[str]:
     try:
         names: list[str] = hostlist.expand_hostlist(expr)
     except hostlist.BadHostlist as exc:
-        raise TopologyError(source, line, f"{key}={expr}: bad hostlist expression ({exc})") from None
+        raise TopologyError(
+            source, line, f"{key}={expr}: bad hostlist expression ({exc})"
+        ) from None
     if not names:
         raise TopologyError(source, line, f"{key}= is empty")
     return names
@@ -193,7 +195,9 @@ def parse_topology(
                 f"switch {st.name} defined twice (first at line {by_name[st.name].line})",
             )
         if st.switches is None and st.nodes is None:
-            raise TopologyError(source, st.line, f"switch {st.name} has neither Nodes= nor Switches=")
+            raise TopologyError(
+                source, st.line, f"switch {st.name} has neither Nodes= nor Switches="
+            )
         if st.switches is not None and st.nodes is not None and not live:
             raise TopologyError(
                 source, st.line, f"switch {st.name} has both Nodes= and Switches=; use one"
@@ -207,7 +211,9 @@ def parse_topology(
         if st.switches is not None:
             for child in st.switches:
                 if child not in by_name:
-                    raise TopologyError(source, st.line, f"switch {st.name}: unknown switch {child}")
+                    raise TopologyError(
+                        source, st.line, f"switch {st.name}: unknown switch {child}"
+                    )
                 if child == st.name:
                     raise TopologyError(source, st.line, f"switch {st.name} lists itself")
                 if child in parent:
@@ -290,7 +296,9 @@ def _levels(
     return levels
 
 
-def read_topology_file(path: str, **kwargs: object) -> Topology:
+def read_topology_file(
+    path: str, *, known_nodes: Iterable[str] | None = None, minipod_level: int = 1
+) -> Topology:
     """Read and parse a ``topology.conf`` file; see ``parse_topology``."""
     try:
         with open(path, encoding="utf-8") as fh:
@@ -299,4 +307,4 @@ def read_topology_file(path: str, **kwargs: object) -> Topology:
         raise TopologyError(path, None, f"cannot read: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise TopologyError(path, None, "not a text file") from None
-    return parse_topology(text, path, **kwargs)  # type: ignore[arg-type]
+    return parse_topology(text, path, known_nodes=known_nodes, minipod_level=minipod_level)

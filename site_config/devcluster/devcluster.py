@@ -21,9 +21,11 @@ import hashlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -168,7 +170,7 @@ TopologyPlugin=topology/tree
 SlurmdParameters=config_overrides
 PlugStackConfig={p['etc']}/plugstack.conf
 ReturnToService=2
-SlurmdTimeout=300
+SlurmdTimeout=30
 InactiveLimit=0
 KillWait=5
 MinJobAge=600
@@ -248,7 +250,9 @@ def pid_alive(pidfile: Path) -> int | None:
     return pid
 
 
-def wait_for(what: str, check, timeout: float = 60.0, log: Path | None = None) -> None:
+def wait_for(
+    what: str, check: Callable[[], bool], timeout: float = 60.0, log: Path | None = None
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():
@@ -258,12 +262,11 @@ def wait_for(what: str, check, timeout: float = 60.0, log: Path | None = None) -
     raise ClusterError(f"{what} did not come up within {timeout:.0f} s{hint}")
 
 
-def run(cmd: list[str], env: dict[str, str] | None = None, **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, **kw)
+def run(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise ClusterError(
-            f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip() or proc.stdout.strip()}"
-        )
+        detail = proc.stderr.strip() or proc.stdout.strip()
+        raise ClusterError(f"{' '.join(cmd)} exited {proc.returncode}: {detail}")
     return proc
 
 
@@ -348,6 +351,7 @@ def start_mariadb(shape: Shape, p: dict[str, Path]) -> None:
     pidfile = RUN / "mariadb.pid"
     if pid_alive(pidfile):
         return
+    ensure_port_free(shape.port_base + 6, "mariadbd")
     datadir = p["mysql"]
     if not (datadir / "mysql").exists():
         install = shutil.which("mariadb-install-db") or "mysql_install_db"
@@ -370,17 +374,25 @@ def start_mariadb(shape: Shape, p: dict[str, Path]) -> None:
 
 
 def port_open(port: int) -> bool:
-    import socket
-
     with socket.socket() as s:
         s.settimeout(0.2)
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def ensure_port_free(port: int, daemon: str) -> None:
+    """Refuse to start ``daemon`` on a port something else (another checkout's cluster) holds."""
+    if port_open(port):
+        raise ClusterError(
+            f"port {port} for {daemon} is already in use (another local cluster?); stop it "
+            "with its `make cluster-down`, or set ARNOLD_DEV_PORT_BASE to another base port"
+        )
 
 
 def start_slurmdbd(shape: Shape, p: dict[str, Path]) -> None:
     pidfile = RUN / "slurmdbd.pid"
     if pid_alive(pidfile):
         return
+    ensure_port_free(shape.port_base + 19, "slurmdbd")
     env = slurm_env(p)
     run(["/usr/sbin/slurmdbd"], env=env)  # reads slurmdbd.conf beside SLURM_CONF
     wait_for("slurmdbd", lambda: port_open(shape.port_base + 19), 60, p["log"] / "slurmdbd.log")
@@ -392,6 +404,7 @@ def start_slurmdbd(shape: Shape, p: dict[str, Path]) -> None:
 def start_slurmctld(shape: Shape, p: dict[str, Path]) -> None:
     if pid_alive(RUN / "slurmctld.pid"):
         return
+    ensure_port_free(shape.port_base + 17, "slurmctld")
     env = slurm_env(p)
     run([str(p["bin"] / "slurmctld"), "-f", str(p["etc"] / "slurm.conf")], env=env)
     wait_for("slurmctld", lambda: port_open(shape.port_base + 17), 60,
@@ -449,9 +462,10 @@ def up() -> None:
     check_packages()
     p = paths()
     changed = configure(shape, p)
-    if changed and pid_alive(RUN / "slurmctld.pid"):
-        print("devcluster: configuration changed, restarting Slurm daemons", file=sys.stderr)
-        stop_slurm(p)
+    running = [f for f in RUN.glob("*.pid") if pid_alive(f)]
+    if changed and running:
+        print("devcluster: configuration changed, restarting the daemons", file=sys.stderr)
+        down()
     t0 = time.monotonic()
     start_munge(p)
     start_mariadb(shape, p)

@@ -1,0 +1,115 @@
+"""A snapshot of the cluster for placement: the switch tree, each node's state, the free nodes.
+
+**Free**, for placement, is defined here and only here: a node is free when it is in the
+partition the job asks for (or the default one), its state is IDLE with no flag that makes it
+unavailable (DRAIN, DOWN, NOT_RESPONDING, MAINTENANCE, ...), and it is not in an active
+reservation that the user may not use. Nodes that Slurm knows but the topology does not are
+never free: a placement cannot reason about them.
+"""
+
+from __future__ import annotations
+
+import getpass
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from slurm_arnold.errors import ArnoldError
+from slurm_arnold.slurm import UNAVAILABLE_FLAGS, NodeInfo, Reservation, Slurm
+from slurm_arnold.topology import Topology, parse_topology
+
+
+@dataclass
+class ClusterView:
+    """The topology with every node's state and the set of free nodes."""
+
+    topology: Topology
+    nodes: dict[str, NodeInfo]
+    free: set[str]
+    partition: str | None
+
+    def gpus_under(self, switch: str) -> tuple[int, int]:
+        """(free, total) GPUs below ``switch``; free counts only free nodes."""
+        free = total = 0
+        for name in self.topology.nodes_under(switch):
+            info = self.nodes.get(name)
+            if info is None:
+                continue
+            total += info.gpus_total
+            if name in self.free:
+                free += info.gpus_free
+        return free, total
+
+
+def _may_use(res: Reservation, user: str) -> bool:
+    if any(u.startswith("-") for u in res.users):
+        return f"-{user}" not in res.users
+    return user in res.users
+
+
+def free_nodes(
+    topology: Topology,
+    nodes: Iterable[NodeInfo],
+    reservations: Iterable[Reservation],
+    *,
+    partition: str | None,
+    user: str,
+) -> set[str]:
+    """The free nodes (see the module docstring for the definition)."""
+    blocked: set[str] = set()
+    for res in reservations:
+        if res.state.upper() == "ACTIVE" and not _may_use(res, user):
+            blocked.update(res.nodes)
+    known = set(topology.nodes)
+    return {
+        n.name
+        for n in nodes
+        if n.name in known
+        and n.state == "IDLE"
+        and not n.flags & UNAVAILABLE_FLAGS
+        and (partition is None or partition in n.partitions)
+        and n.name not in blocked
+    }
+
+
+def live_cluster(
+    slurm: Slurm,
+    *,
+    minipod_level: int = 1,
+    partition: str | None = None,
+    user: str | None = None,
+) -> ClusterView:
+    """Read the live topology, node states and reservations through the adapter.
+
+    ``partition`` defaults to the cluster's default partition; ``user`` to the caller.
+    Raises ``TopologyError`` when Slurm has no usable topology, ``SlurmError`` when a command
+    fails.
+    """
+    text = slurm.topology_text()
+    if not text.strip():
+        raise ArnoldError(
+            "Slurm reports no topology; set TopologyPlugin=topology/tree and write topology.conf"
+        )
+    infos = slurm.nodes()
+    topology = parse_topology(text, "scontrol show topology", live=True,
+                              minipod_level=minipod_level)
+    part = partition or slurm.default_partition()
+    free = free_nodes(topology, infos, slurm.reservations(), partition=part,
+                      user=user or getpass.getuser())
+    return ClusterView(topology, {n.name: n for n in infos}, free, part)
+
+
+def offline_cluster(topology: Topology, gpus_per_node: int,
+                    free: Iterable[str] | None = None) -> ClusterView:
+    """A cluster described by a topology file alone: every node (or ``free``) is free."""
+    free_set = set(topology.nodes if free is None else free)
+    unknown = free_set - set(topology.nodes)
+    if unknown:
+        raise ArnoldError(
+            f"free node {sorted(unknown)[0]} is not in {topology.source}; fix the free list"
+        )
+    infos = {
+        n: NodeInfo(n, "IDLE" if n in free_set else "ALLOCATED", frozenset(), (),
+                    gpus_per_node, 0 if n in free_set else gpus_per_node)
+        for n in topology.nodes
+    }
+    return ClusterView(topology, infos, free_set, None)

@@ -1,0 +1,47 @@
+"""Shared fixtures. Tests marked ``live`` run against the real local Slurm cluster.
+
+``make test`` starts that cluster and exports ``SLURM_CONF``; without ``SLURM_CONF`` the live
+tests are skipped with a message, and with it a cluster that does not answer is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_arnold.slurm import Slurm
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def slurm() -> Slurm:
+    """The adapter, bound to the running local cluster."""
+    if not os.environ.get("SLURM_CONF"):
+        pytest.skip("no local cluster: run `make cluster` and `source devcluster.env`")
+    adapter = Slurm()
+    adapter.version()  # fails the test (not skips) when the cluster does not answer
+    proc = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True)
+    assert proc.returncode == 0, f"sinfo failed: {proc.stderr}"
+    return adapter
+
+
+@pytest.fixture(scope="session")
+def slurm_conf_dir(slurm: Slurm) -> Path:
+    """The directory of the running cluster's slurm.conf (and topology.conf)."""
+    return Path(os.environ["SLURM_CONF"]).parent
+
+
+@pytest.fixture
+def isolated_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """No site or user config and no ARNOLD_* variables leak into a test."""
+    for name in list(os.environ):
+        if name.startswith("ARNOLD_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("ARNOLD_CONFIG", str(tmp_path / "user.toml"))
+    yield tmp_path

@@ -1,0 +1,92 @@
+"""The ``arnold`` CLI: exit codes, one-line errors, ``topology show`` offline and live."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from slurm_arnold.cli import main
+from slurm_arnold.slurm import Slurm
+
+REPO = Path(__file__).resolve().parents[1]
+TOPO = "SwitchName=l0 Nodes=x[1-2]\nSwitchName=l1 Nodes=x[3-4]\nSwitchName=c Switches=l[0-1]\n"
+
+
+def test_every_command_has_help_text() -> None:
+    def walk(cmd: click.Command, path: str) -> None:
+        assert cmd.help, f"`{path}` has no help text"
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                walk(sub, f"{path} {name}")
+
+    walk(main, "arnold")
+
+
+def test_usage_error_exits_2() -> None:
+    result = CliRunner().invoke(main, ["topology", "show", "--no-such-flag"])
+    assert result.exit_code == 2
+
+
+def test_offline_topology_json(tmp_path: Path, isolated_config: Path) -> None:
+    path = tmp_path / "t.conf"
+    path.write_text(TOPO)
+    result = CliRunner().invoke(main, ["topology", "show", "--topology", str(path),
+                                       "--gpus-per-node", "4", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert [n["name"] for n in doc["nodes"]] == ["x1", "x2", "x3", "x4"]
+    assert {n["minipod"] for n in doc["nodes"]} == {"c"}
+    assert all(n["gpus_free"] == 4 for n in doc["nodes"])
+    switches = {s["name"]: s for s in doc["switches"]}
+    assert switches["c"]["children"] == ["l0", "l1"] and switches["c"]["parent"] is None
+    assert switches["l1"]["children"] == ["x3", "x4"]
+
+
+def _run_arnold(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).parent / "arnold"
+    return subprocess.run([str(exe), *args], capture_output=True, text=True,
+                          env=env if env is not None else dict(os.environ))
+
+
+def test_bad_topology_file_is_one_line_exit_1(tmp_path: Path) -> None:
+    path = tmp_path / "t.conf"
+    path.write_text("SwitchName=l0 Nodes=x1\nSwitchName=l1 Nodes=x1\n")
+    proc = _run_arnold("topology", "show", "--topology", str(path))
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert lines == [f"arnold: error: {path}:2: node x1 is under two leaf switches: l0 and l1"]
+
+
+def test_missing_slurm_conf_says_how_to_fix(tmp_path: Path) -> None:
+    env = dict(os.environ, SLURM_CONF=str(tmp_path / "nope" / "slurm.conf"),
+               ARNOLD_CONFIG=str(tmp_path / "none.toml"))
+    proc = _run_arnold("topology", "show", env=env)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("arnold: error: `scontrol show topology` exited")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.live
+def test_live_topology_show_json(slurm: Slurm, slurm_conf_dir: Path) -> None:
+    proc = _run_arnold("topology", "show", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    names = [n["name"] for n in doc["nodes"]]
+    assert sorted(names) == sorted(n.name for n in slurm.nodes())
+    assert all("[" not in n for n in names)  # hostlists expanded
+    busy = {n["name"] for n in doc["nodes"] if not n["free"]}
+    assert all(n["gpus_free"] == (0 if n["name"] in busy else n["gpus_total"])
+               for n in doc["nodes"])
+    kinds = {s["kind"] for s in doc["switches"]}
+    assert kinds == {"core", "minipod", "leaf"}
+    text = _run_arnold("topology", "show")
+    assert text.returncode == 0
+    assert "GPUs free" in text.stdout and "(minipod)" in text.stdout

@@ -1,0 +1,29 @@
+"""``make cluster`` is idempotent: a second start reuses the running daemons."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurm_arnold.slurm import Slurm
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "site_config" / "devcluster" / "devcluster.py"
+RUN = REPO / ".devcluster"
+
+
+@pytest.mark.live
+def test_second_up_restarts_nothing(slurm: Slurm) -> None:
+    if not (RUN / "slurmctld.pid").exists():
+        pytest.skip("the running cluster was not started from this checkout")
+    before = {p.name: p.read_text() for p in RUN.glob("*.pid")}
+    proc = subprocess.run([sys.executable, str(SCRIPT), "up"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    after = {p.name: p.read_text() for p in RUN.glob("*.pid")}
+    assert before == after
+    env = (REPO / "devcluster.env").read_text()
+    assert env == f"export SLURM_CONF={RUN / 'etc' / 'slurm.conf'}\n"
+    assert all(n.state == "IDLE" or n.gpus_used > 0 for n in slurm.nodes())

@@ -1,0 +1,126 @@
+"""The Slurm adapter against the real local cluster (``make cluster``)."""
+
+from __future__ import annotations
+
+import getpass
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_arnold.cluster import live_cluster
+from slurm_arnold.slurm import AccountingRecord, Slurm
+from slurm_arnold.topology import read_topology_file
+
+pytestmark = pytest.mark.live
+
+
+def test_live_topology_equals_the_topology_conf_it_started_with(
+    slurm: Slurm, slurm_conf_dir: Path
+) -> None:
+    view = live_cluster(slurm)
+    conf = read_topology_file(str(slurm_conf_dir / "topology.conf"),
+                              known_nodes=[n.name for n in slurm.nodes()])
+    assert view.topology.switches == conf.switches
+    assert view.topology.node_leaf == conf.node_leaf
+    assert len(view.topology.minipods()) >= 2
+
+
+def test_json_and_text_parsers_agree_on_the_live_cluster(slurm: Slurm) -> None:
+    text = Slurm(use_json=False)
+    assert {n.name: n for n in slurm.nodes()} == {n.name: n for n in text.nodes()}
+    assert all(n.gpus_total > 0 for n in slurm.nodes())
+
+
+@pytest.fixture
+def reservation_name() -> Iterator[str]:
+    name = f"arnoldtest_{uuid.uuid4().hex[:8]}"
+    yield name
+    subprocess.run(["scontrol", "delete", f"ReservationName={name}"], capture_output=True)
+
+
+def test_reservation_create_show_delete(slurm: Slurm, reservation_name: str) -> None:
+    nodes = sorted(slurm.nodes(), key=lambda n: n.name)[-2:]
+    names = [n.name for n in nodes]
+    slurm.create_reservation(reservation_name, names, users=[getpass.getuser()],
+                             duration="10", flags=["IGNORE_JOBS"])
+    shown = subprocess.run(["scontrol", "show", "reservation", reservation_name],
+                           capture_output=True, text=True, check=True).stdout
+    assert f"ReservationName={reservation_name}" in shown
+    ours = {r.name: r for r in slurm.reservations()}[reservation_name]
+    assert sorted(ours.nodes) == names
+    assert ours.state == "ACTIVE"
+    slurm.update_reservation(reservation_name, Users="nobody")
+    view = live_cluster(slurm)
+    assert not set(names) & view.free  # reserved for somebody else: not free for us
+    slurm.delete_reservation(reservation_name)
+    assert reservation_name not in {r.name for r in slurm.reservations()}
+    assert set(names) <= live_cluster(slurm).free
+
+
+def test_our_own_reservation_leaves_nodes_free_for_us(slurm: Slurm, reservation_name: str) -> None:
+    name = sorted(n.name for n in slurm.nodes())[0]
+    slurm.create_reservation(reservation_name, [name], users=[getpass.getuser()], duration="10")
+    assert name in live_cluster(slurm).free
+
+
+def test_drained_node_is_not_free(slurm: Slurm) -> None:
+    node = sorted(n.name for n in slurm.nodes())[-1]
+    slurm.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=arnold-test"])
+    try:
+        info = {n.name: n for n in slurm.nodes()}[node]
+        assert "DRAIN" in info.flags
+        assert info.gpus_free == 0
+        assert node not in live_cluster(slurm).free
+    finally:
+        slurm.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+    # slurmctld marks a resumed node NOT_RESPONDING until its slurmd next answers a ping.
+    deadline = time.monotonic() + 120
+    while node not in live_cluster(slurm).free:
+        assert time.monotonic() < deadline, f"{node} not free again after RESUME"
+        time.sleep(0.5)
+
+
+def _wait_for_accounting(slurm: Slurm, job_id: int, timeout: float = 60) -> AccountingRecord:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        records = slurm.accounting([job_id])
+        # slurmdbd first records a finished job as a bare "allocation" on no nodes and fills
+        # in the rest a moment later (seen with 22.05): wait for the full record.
+        if records and records[0].state == "COMPLETED" and records[0].node_count > 0:
+            return records[0]
+        time.sleep(0.5)
+    raise AssertionError(f"job {job_id} did not complete in accounting within {timeout} s")
+
+
+def test_submitted_job_runs_and_is_read_back_from_sacct(slurm: Slurm) -> None:
+    name = f"arnoldtest-{uuid.uuid4().hex[:6]}"
+    job_id = slurm.submit(["-N", "2", "--gpus-per-node=8", "-t", "5", "-J", name, "-o",
+                           "/dev/null"], "#!/bin/bash\nsrun true\n")
+    queued = {j.job_id: j for j in slurm.jobs()}
+    assert job_id in queued and queued[job_id].name == name
+    record = _wait_for_accounting(slurm, job_id)
+    assert record.name == name
+    assert record.user == getpass.getuser()
+    assert record.node_count == 2 and len(record.nodes) == 2
+    assert record.gpus == 16
+    assert record.exit_code == 0
+    assert record.time_limit_min == 5
+    assert record.submit is not None and record.start is not None and record.end is not None
+    assert record.submit <= record.start <= record.end
+    text = Slurm(use_json=False).accounting([job_id])
+    assert text == [record]
+    assert Slurm(use_json=False).jobs() and any(j.job_id == job_id for j in slurm.jobs())
+
+
+def test_failing_command_raises_with_command_and_stderr(slurm: Slurm) -> None:
+    from slurm_arnold.errors import SlurmError
+
+    with pytest.raises(SlurmError) as err:
+        slurm.delete_reservation("arnold_no_such_reservation")
+    assert err.value.command[:2] == ["scontrol", "delete"]
+    assert err.value.returncode != 0
+    assert "arnold_no_such_reservation" in str(err.value) or err.value.stderr

@@ -1,0 +1,39 @@
+"""Parsers of the Slurm adapter on fixed text (the live tests check them against real Slurm)."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_arnold.errors import SlurmError, SlurmNotFound
+from slurm_arnold.slurm import Slurm, parse_gpu_count, parse_oneliner
+
+
+@pytest.mark.parametrize(
+    ("gres", "count"),
+    [("gpu:8", 8), ("gpu:a100:4(S:0-1)", 4), ("gpu:2(IDX:0,2)", 2), ("gpu:a100:2,gpu:v100:1", 3),
+     ("mps:100,gpu:4", 4), ("(null)", 0), ("", 0), (None, 0), ("gpu:0", 0), ("mps:8", 0)],
+)
+def test_gpu_count(gres: str | None, count: int) -> None:
+    assert parse_gpu_count(gres) == count
+
+
+def test_oneliner_keeps_values_with_spaces() -> None:
+    f = parse_oneliner("NodeName=n1 OS=Linux 6.1 #1 SMP  RealMemory=10 State=IDLE+DRAIN")
+    assert f["OS"] == "Linux 6.1 #1 SMP"
+    assert f["State"] == "IDLE+DRAIN"
+
+
+def test_missing_command_is_typed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(SlurmNotFound, match="`sinfo` not found"):
+        Slurm().version()
+
+
+def test_failure_carries_command_code_and_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A slurm.conf that does not exist: the real sinfo fails before it contacts anything.
+    monkeypatch.setenv("SLURM_CONF", "/nonexistent/slurm.conf")
+    with pytest.raises(SlurmError) as err:
+        Slurm().nodes()
+    assert err.value.command[0] == "sinfo"
+    assert err.value.returncode != 0
+    assert err.value.stderr

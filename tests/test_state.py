@@ -1,0 +1,60 @@
+"""The SQLite state database: WAL, migrations, concurrency, corrupt files."""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from slurm_arnold.errors import StateError
+from slurm_arnold.state import StateDB
+
+
+def test_new_database_is_wal_and_migrated(tmp_path: Path) -> None:
+    db = StateDB(tmp_path / "sub" / "arnold.db")
+    assert db.journal_mode() == "wal"
+    assert db.applied_migrations() == ["0001_jobs"]
+    job = db.record_job({"user": "alice", "slurm_job_id": 42, "status": "submitted"})
+    db.close()
+    again = StateDB(tmp_path / "sub" / "arnold.db")  # reopening applies nothing twice
+    assert again.applied_migrations() == ["0001_jobs"]
+    assert [r["id"] for r in again.jobs()] == [job]
+    assert again.integrity_ok()
+
+
+def _open_and_insert(path: str, n: int) -> None:
+    db = StateDB(path)
+    for i in range(n):
+        db.record_job({"user": "u", "slurm_job_id": i})
+    db.close()
+
+
+def test_concurrent_processes_open_and_write(tmp_path: Path) -> None:
+    path = str(tmp_path / "arnold.db")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_open_and_insert, args=(path, 25)) for _ in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    db = StateDB(path)
+    assert len(db.jobs(limit=1000)) == 150
+    assert db.applied_migrations() == ["0001_jobs"]
+    assert db.integrity_ok()
+
+
+def test_corrupt_file_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "arnold.db"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StateError, match=r"cannot open the state database.*move it aside"):
+        StateDB(bad)
+    assert bad.read_bytes().startswith(b"this is not sqlite")  # nothing overwritten
+
+
+def test_unwritable_directory_is_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(StateError, match="state_dir"):
+        StateDB(blocker / "sub" / "arnold.db")
