@@ -1,0 +1,1 @@
+"""The job-completion-time predictor (LightGBM) and its job-history importers."""

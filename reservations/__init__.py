@@ -1,0 +1,1 @@
+"""Reservations for imminent large jobs and the backfill policy (reservation issues)."""
