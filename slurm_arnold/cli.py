@@ -14,13 +14,17 @@ from typing import Any
 import click
 import hostlist
 from rich.console import Console
+from rich.table import Table
 from rich.tree import Tree
 
 from site_config import SiteConfig, load_config
-from slurm_arnold.cluster import ClusterView, live_cluster, offline_cluster
+from slurm_arnold.cluster import ClusterView, live_cluster, offline_cluster, read_free_file
 from slurm_arnold.errors import ArnoldError
+from slurm_arnold.placement import JobShape, Placement, place
+from slurm_arnold.placement.align import auto_alpha, parse_bytes
+from slurm_arnold.placement.engine import check_alpha, place_from_node_list
 from slurm_arnold.slurm import Slurm
-from slurm_arnold.topology import read_topology_file
+from slurm_arnold.topology import Topology, read_topology_file
 
 
 class ArnoldGroup(click.Group):
@@ -145,3 +149,113 @@ def topology_show(topology_file: str | None, gpus_per_node: int, partition: str 
         click.echo(json.dumps(topology_json(view)))
         return
     Console(soft_wrap=True).print(render_tree(view))
+
+
+ALGOS = ("mip", "best-fit", "random-fit", "gpu-packing", "topo-aware", "slurm")
+
+
+@main.command("place")
+@click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
+              help="Place on this topology.conf (offline) instead of the live cluster.")
+@click.option("--free", "free_file", type=click.Path(dir_okay=False),
+              help="Free nodes, one name or hostlist per line (default: every node).")
+@click.option("--gpus-per-node", type=click.IntRange(min=1),
+              help="GPUs per node (default: 8 offline, the nodes' GRES live).")
+@click.option("--tp", type=click.IntRange(min=1), required=True, help="Tensor-parallel size.")
+@click.option("--pp", type=click.IntRange(min=1), required=True, help="Pipeline stages.")
+@click.option("--dp", type=click.IntRange(min=1), help="Data-parallel replicas.")
+@click.option("--nodes", type=click.IntRange(min=1), help="Nodes; gives DP = N*g/(TP*PP).")
+@click.option("--alpha", type=float, help="Weight of DP spread in [0, 1] (beta = 1 - alpha).")
+@click.option("--align", type=click.Choice(["auto"]),
+              help="Derive alpha from --dp-volume/--pp-volume and the site's network.")
+@click.option("--dp-volume", help="Bytes each GPU sends per iteration in its DP group.")
+@click.option("--pp-volume", help="Bytes each GPU sends per iteration in its PP group.")
+@click.option("--microbatches", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Micro-batches per iteration (PP messages for --align auto).")
+@click.option("--algo", type=click.Choice(ALGOS), default="mip", show_default=True,
+              help="Placement algorithm; `slurm` asks the live slurmctld (sbatch --test-only).")
+@click.option("--time-limit", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+              help="Solver time limit in seconds.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed (random-fit).")
+@click.option("--partition", help="Partition whose nodes are free (live; default: Slurm's).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: int | None,
+              tp: int, pp: int, dp: int | None, nodes: int | None, alpha: float | None,
+              align: str | None, dp_volume: str | None, pp_volume: str | None,
+              microbatches: int, algo: str, time_limit: float, seed: int,
+              partition: str | None, as_json: bool) -> None:
+    """Place a TP x PP x DP job on the fat tree and print its layout and spreads."""
+    config = load_config({"partition": partition})
+    if topology_file:
+        if algo == "slurm":
+            raise click.UsageError("--algo slurm asks the live cluster; drop --topology")
+        topo = read_topology_file(topology_file, minipod_level=config.minipod_level)
+        free = read_free_file(free_file) if free_file else topo.nodes
+        view = offline_cluster(topo, gpus_per_node or 8, free)
+        g = gpus_per_node or 8
+    else:
+        slurm = Slurm()
+        view = live_cluster(slurm, minipod_level=config.minipod_level,
+                            partition=config.partition)
+        if free_file:
+            view.free &= set(read_free_file(free_file))
+        g = gpus_per_node or _common_gpus(view)
+    if dp is None and nodes is None:
+        raise click.UsageError("give --dp or --nodes")
+    job = JobShape(tp, pp, dp, g) if dp is not None else JobShape.from_nodes(nodes or 0, tp, pp, g)
+    if nodes is not None and dp is not None and job.nodes != nodes:
+        raise ArnoldError(f"--nodes {nodes} does not match TP x PP x DP = {job.gpus} GPUs "
+                          f"= {job.nodes} nodes of {g} GPUs; drop one of --nodes/--dp")
+    if align == "auto":
+        if alpha is not None:
+            raise click.UsageError("give --alpha or --align auto, not both")
+        alpha = auto_alpha(dp_bytes=parse_bytes(dp_volume or "0"),
+                           pp_bytes=parse_bytes(pp_volume or "0"), dp=job.dp,
+                           microbatches=microbatches, network=config.network)
+    alpha = check_alpha(0.5 if alpha is None else alpha)
+    if algo == "slurm":
+        args = ["-N", str(job.nodes), "--exclusive", f"--gpus-per-node={g}"]
+        if view.partition:
+            args += ["-p", view.partition]
+        result = place_from_node_list("slurm", Slurm().test_only(args), view.topology, job,
+                                      alpha)
+    else:
+        result = place(view.topology, view.free, job, algo=algo, alpha=alpha,
+                       time_limit=time_limit, seed=seed)
+    if as_json:
+        click.echo(json.dumps(result.as_json()))
+        return
+    _print_placement(result, view.topology)
+
+
+def _common_gpus(view: ClusterView) -> int:
+    counts: dict[int, int] = {}
+    for name in view.free:
+        info = view.nodes.get(name)
+        if info and info.gpus_total:
+            counts[info.gpus_total] = counts.get(info.gpus_total, 0) + 1
+    if not counts:
+        raise ArnoldError("no free node reports GPUs (gres/gpu); give --gpus-per-node")
+    return max(counts, key=lambda k: counts[k])
+
+
+def _print_placement(result: Placement, topo: Topology) -> None:
+
+    m = result.metrics
+    table = Table(title=f"{result.algo}: TP{result.job.tp} x PP{result.job.pp} x "
+                        f"DP{result.job.dp} on {result.job.nodes} nodes, alpha {result.alpha}")
+    table.add_column("stage (DP group)")
+    table.add_column("nodes")
+    table.add_column("minipods")
+    rows: dict[int, list[str]] = {}
+    for (pp, _col), nodes in sorted(result.cells.items()):
+        rows.setdefault(pp, []).extend(nodes)
+    for pp, nodes in rows.items():
+        table.add_row(str(pp), hostlist.collect_hostlist(nodes),
+                      str(len({topo.minipod_of(n) for n in nodes})))
+    console = Console(soft_wrap=True)
+    console.print(table)
+    gap = "n/a" if result.gap is None else f"{result.gap:.2%}"
+    console.print(f"max DP spread {m.max_dp_spread}, max PP spread {m.max_pp_spread}, "
+                  f"weighted {m.weighted_spread}, minipods used {m.minipods_used}, "
+                  f"solved in {result.solve_seconds:.2f} s, gap {gap}")

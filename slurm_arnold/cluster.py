@@ -13,6 +13,8 @@ import getpass
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import hostlist
+
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.slurm import UNAVAILABLE_FLAGS, NodeInfo, Reservation, Slurm
 from slurm_arnold.topology import Topology, parse_topology
@@ -113,3 +115,27 @@ def offline_cluster(topology: Topology, gpus_per_node: int,
         for n in topology.nodes
     }
     return ClusterView(topology, infos, free_set, None)
+
+
+def read_free_file(path: str) -> list[str]:
+    """Free nodes from a file: one node name or hostlist expression per line; blank lines and
+    ``#`` comments allowed. Raises ``ArnoldError`` naming the file and line of a bad entry."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError as exc:
+        raise ArnoldError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ArnoldError(f"{path}: not a text file") from None
+    nodes: list[str] = []
+    for number, raw in enumerate(lines, start=1):
+        text = raw.split("#", 1)[0].strip()
+        if not text:
+            continue
+        if any(ch.isspace() for ch in text):
+            raise ArnoldError(f"{path}:{number}: one node or hostlist per line, got {text!r}")
+        try:
+            nodes.extend(hostlist.expand_hostlist(text))
+        except hostlist.BadHostlist as exc:
+            raise ArnoldError(f"{path}:{number}: bad hostlist {text!r} ({exc})") from None
+    return list(dict.fromkeys(nodes))

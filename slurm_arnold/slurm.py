@@ -342,6 +342,22 @@ def _reservations_from_scontrol(text: str) -> list[Reservation]:
     return out
 
 
+_TEST_ONLY = re.compile(
+    r"^sbatch: Job \d+ to start at \S+ using \d+ processors on nodes (\S+) in partition \S+$"
+)
+
+
+def parse_test_only(text: str) -> list[str]:
+    """Nodes from sbatch's ``--test-only`` line
+    (``sbatch: Job 8 to start at <time> using 256 processors on nodes n[001-016] in partition
+    gpu``); raises ``SlurmOutputError`` on anything else."""
+    for line in text.splitlines():
+        match = _TEST_ONLY.match(line.strip())
+        if match:
+            return list(hostlist.expand_hostlist(match.group(1)))
+    raise SlurmOutputError(f"sbatch --test-only: no placement line in {text.strip()!r}")
+
+
 def _json_version(doc: Mapping[str, Any]) -> str:
     meta = doc.get("meta", {})
     plugin = meta.get("plugin", {})
@@ -439,6 +455,14 @@ class Slurm:
         if not first.isdigit():
             raise SlurmOutputError(f"sbatch --parsable printed {proc.stdout.strip()!r}")
         return int(first)
+
+    def test_only(self, args: Sequence[str]) -> list[str]:
+        """The nodes slurmctld would give a job now (``sbatch --test-only``), in its order.
+
+        sbatch answers only in text; ``parse_test_only`` reads that one line narrowly.
+        """
+        proc = self.run(["sbatch", "--test-only", *args, "--wrap", "true"])
+        return parse_test_only(proc.stderr + proc.stdout)
 
     def cancel(self, job_id: int) -> None:
         """Cancel a job."""

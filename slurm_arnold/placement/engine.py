@@ -1,0 +1,156 @@
+"""``place``: run one placement algorithm over a topology and a set of free nodes."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+
+from slurm_arnold.errors import InfeasibleError
+from slurm_arnold.placement.baselines import BASELINES, aligned_cells, baseline_cells
+from slurm_arnold.placement.job import JobShape
+from slurm_arnold.placement.mip import CountProblem, layout_from_counts, solve_counts
+from slurm_arnold.placement.plan import Cell, Placement, cells_from_rank_order, measure
+from slurm_arnold.placement.pool import Pool
+from slurm_arnold.topology import Topology
+
+OFFLINE_ALGOS = ("mip", *BASELINES)
+
+
+def check_alpha(alpha: float) -> float:
+    """alpha must lie in [0, 1] (beta = 1 - alpha)."""
+    if not 0.0 <= alpha <= 1.0 or math.isnan(alpha):
+        raise InfeasibleError(f"--alpha {alpha} is outside [0, 1]; alpha + beta = 1")
+    return alpha
+
+
+def place(topology: Topology, free: Iterable[str], job: JobShape, *, algo: str = "mip",
+          alpha: float = 0.5, time_limit: float = 10.0, seed: int = 0) -> Placement:
+    """Place ``job`` on the ``free`` nodes of ``topology`` with ``algo``.
+
+    Raises ``InfeasibleError`` when the free nodes cannot hold the job.
+    """
+    check_alpha(alpha)
+    free_list = [n for n in topology.nodes if n in set(free)]
+    if len(free_list) < job.nodes:
+        raise InfeasibleError(
+            f"the job needs {job.nodes} nodes ({job.gpus} GPUs) but only {len(free_list)} are "
+            "free; ask for fewer nodes or wait"
+        )
+    t0 = time.monotonic()
+    if algo in BASELINES:
+        cells = baseline_cells(algo, topology, free_list, job, seed)
+        return Placement(algo, job, alpha, cells, measure(cells, job, topology, alpha),
+                         time.monotonic() - t0)
+    if algo == "mip":
+        return _place_mip(topology, free_list, job, alpha, time_limit, seed, t0)
+    raise InfeasibleError(f"unknown placement algorithm {algo!r}; use one of "
+                          f"{', '.join(OFFLINE_ALGOS)}")
+
+
+def place_from_node_list(algo: str, nodes: list[str], topology: Topology, job: JobShape,
+                         alpha: float) -> Placement:
+    """A placement from a node list someone else chose (e.g. slurmctld), with today's rank
+    order: the list's order, Megatron's default TP-DP-PP rank order."""
+    if len(nodes) != job.nodes:
+        raise InfeasibleError(f"{algo} gave {len(nodes)} nodes for a job of {job.nodes}")
+    unknown = [n for n in nodes if n not in topology.node_leaf]
+    if unknown:
+        raise InfeasibleError(f"{algo} chose node {unknown[0]}, which is not in the topology")
+    cells = cells_from_rank_order(nodes, job)
+    return Placement(algo, job, alpha, cells, measure(cells, job, topology, alpha))
+
+
+def _leaf_local(cells: dict[Cell, list[str]], topology: Topology) -> bool:
+    return all(len({topology.leaf_of(n) for n in nodes}) == 1 for nodes in cells.values())
+
+
+def _lower_bounds(caps: list[int], job: JobShape) -> tuple[int, int]:
+    """Fewest minipods one DP group (D' units) and one pipeline (PP units) can fit in."""
+    def fewest(size: int) -> int:
+        total = 0
+        for i, c in enumerate(caps, start=1):
+            total += c
+            if total >= size:
+                return i
+        return len(caps)
+    return fewest(job.columns), fewest(job.pp)
+
+
+def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
+               time_limit: float, seed: int, t0: float) -> Placement:
+    pool = Pool.build(topology, free, job)
+    caps = pool.capacities()
+    if sum(caps.values()) < job.units:
+        raise InfeasibleError(
+            f"the job needs {job.units} groups of {job.nodes_per_unit} nodes under one leaf "
+            f"switch, only {sum(caps.values())} fit in the free nodes; ask for fewer or wait"
+        )
+    # Warm starts: every baseline and both alignments; the result is never worse than these.
+    starts: dict[str, dict[Cell, list[str]]] = {
+        "dp-aligned": aligned_cells(pool, job, by="dp"),
+        "pp-aligned": aligned_cells(pool, job, by="pp"),
+    }
+    for name in BASELINES:
+        starts[name] = baseline_cells(name, topology, free, job, seed)
+    scored = {name: measure(c, job, topology, alpha) for name, c in starts.items()}
+    valid = [n for n in starts if _leaf_local(starts[n], topology)]
+    best_name = min(valid, key=lambda n: (scored[n].weighted_spread, n != "pp-aligned"))
+    best_cells, best = starts[best_name], scored[best_name]
+
+    lb_dp, lb_pp = _lower_bounds(list(caps.values()), job)
+    lower = alpha * lb_dp + (1 - alpha) * lb_pp
+    if len(caps) > 1 and lb_dp == lb_pp == 1 and max(caps.values()) < job.units:
+        lower = min(alpha * 2 + (1 - alpha), alpha + (1 - alpha) * 2)  # one minipod cannot hold it
+    info: dict[str, object] = {"start": best_name, "start_weighted_spread": best.weighted_spread,
+                               "lower_bound": lower}
+    if best.weighted_spread <= lower + 1e-9:
+        return Placement("mip", job, alpha, best_cells, best, time.monotonic() - t0, 0.0,
+                         lower, info | {"status": "start optimal by bound"})
+
+    # Only the largest minipods can matter: bound how many an improving solution may use.
+    w = best.weighted_spread
+    max_dp = len(caps) if alpha == 0 else min(len(caps), int((w - (1 - alpha) * lb_pp) / alpha))
+    max_pp = len(caps) if alpha == 1 else min(len(caps), int((w - alpha * lb_dp) / (1 - alpha)))
+    limit = min(len(caps), job.pp * max(max_dp, 1), job.columns * max(max_pp, 1))
+    top = dict(list(caps.items())[:limit])
+    problem = CountProblem(top, job.pp, job.columns, alpha)
+    remaining = max(0.1, time_limit - (time.monotonic() - t0))
+    sol = solve_counts(problem, time_limit=remaining, bounds=(lb_dp, lb_pp), cutoff=w,
+                       seed=seed)
+    dual = max(lower, float(solve_counts.last_dual_bound))  # type: ignore[attr-defined]
+    info |= {"minipods_considered": len(top),
+             "status": str(solve_counts.last_status)}  # type: ignore[attr-defined]
+    if sol is not None:
+        info |= {"mip_objective": sol.objective, "mip_seconds": round(sol.seconds, 4)}
+        layout = layout_from_counts(sol, job.columns)
+        info["realised"] = layout is not None
+        if layout is not None:
+            cells = cells_from_layout(layout, pool, job, alpha)
+            metrics = measure(cells, job, topology, alpha)
+            if metrics.weighted_spread < best.weighted_spread - 1e-9:
+                best_cells, best = cells, metrics
+                info["start"] = "mip"
+    dual = min(dual, best.weighted_spread)
+    gap = (best.weighted_spread - dual) / best.weighted_spread if best.weighted_spread else 0.0
+    return Placement("mip", job, alpha, best_cells, best, time.monotonic() - t0,
+                     round(max(gap, 0.0), 6), dual, info)
+
+
+def cells_from_layout(layout: list[list[str]], pool: Pool, job: JobShape,
+                      alpha: float) -> dict[Cell, list[str]]:
+    """Concrete units for a (stage, pipeline) -> minipod layout: in each minipod the cells of one
+    pipeline (or, when DP matters more, of one DP group) take consecutive units, fullest leaves
+    first, so TP groups stay inside a leaf and neighbours share leaves where they can."""
+    wanted: dict[str, list[Cell]] = {}
+    for j, row in enumerate(layout):
+        for col, pod in enumerate(row):
+            wanted.setdefault(pod, []).append((j, col))
+    cells: dict[Cell, list[str]] = {}
+    for pod, want in wanted.items():
+        units = pool.units_in(pod)
+        if len(units) < len(want):  # pragma: no cover - Capacity(p) forbids it
+            raise InfeasibleError(f"internal error: minipod {pod} over capacity")
+        want.sort(key=(lambda c: (c[0], c[1])) if alpha > 0.5 else (lambda c: (c[1], c[0])))
+        cells.update(zip(want, units, strict=False))
+    return cells

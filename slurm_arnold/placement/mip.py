@@ -1,0 +1,187 @@
+"""The placement MIP on counts per minipod (SCIP through pyscipopt), and its mapping to cells.
+
+Placement inside a minipod barely matters (the paper measures under 0.3%) and the replicas of a
+job are interchangeable, so the model never names a node or a replica. It decides, for every
+stage j (a DP group) and minipod p, how many of the stage's D' units sit in p, and for every
+minipod how many pipelines touch it:
+
+  n[j,p]  integer   units of stage j in minipod p
+  r[j,p]  binary    stage j uses minipod p
+  c[p]    integer   pipelines (columns) with at least one unit in p
+  S_dp, S_pp        integer, the largest DP and PP spreads
+
+  StageComplete(j):   sum_p n[j,p] = D'
+  Capacity(p):        sum_j n[j,p] <= free units of p
+  DpGroupUses(j,p):   n[j,p] <= min(D', cap_p) * r[j,p]
+  DpSpread(j):        sum_p r[j,p] <= S_dp
+  ColumnsTouch(j,p):  n[j,p] <= c[p]          (a stage has one unit per pipeline)
+  PpSpread:           sum_p c[p] <= S_pp * D' (a pipeline touches at most S_pp minipods)
+  StageOrder(j):      n[j,p0] >= n[j+1,p0]    (stages are interchangeable; p0 the largest)
+  minimise alpha * S_dp + (1 - alpha) * S_pp
+
+Every real placement satisfies these constraints, so the model is a relaxation and SCIP's dual
+bound is a true lower bound on the best weighted spread. ``cells_from_counts`` then realises the
+counts: minipod p gets c[p] consecutive pipelines on a circle of D' pipelines (so no pipeline is
+in more than ceil(sum c / D') <= S_pp of them), and each stage picks, pipeline by pipeline, one
+minipod holding that pipeline, with n[j,p] picks in p (a bipartite matching). When every stage
+matches, the placement reaches the model's objective and is therefore optimal.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyscipopt import Model, quicksum
+
+
+@dataclass
+class CountProblem:
+    """Minipod capacities in units (largest first), the matrix size and the DP weight."""
+
+    capacities: dict[str, int]
+    stages: int
+    columns: int
+    alpha: float
+
+
+@dataclass
+class CountSolution:
+    """Units per (stage, minipod), pipelines touching each minipod, and the solver's report."""
+
+    units: list[dict[str, int]]  # units[j][p]
+    touching: dict[str, int]
+    objective: float
+    dual_bound: float
+    status: str
+    seconds: float
+
+
+def build_model(problem: CountProblem,
+                bounds: tuple[int, int] = (1, 1)) -> tuple[Model, dict[str, Any]]:
+    """Build the count model; ``bounds`` are valid lower bounds on (S_dp, S_pp)."""
+    caps = problem.capacities
+    pods = list(caps)
+    stages = range(problem.stages)
+    cols = problem.columns
+    m = Model("arnold-placement")
+    m.hideOutput()
+    n = {(j, p): m.addVar(f"n[{j},{p}]", vtype="I", lb=0, ub=min(cols, caps[p]))
+         for j in stages for p in pods}
+    r = {(j, p): m.addVar(f"r[{j},{p}]", vtype="B") for j in stages for p in pods}
+    c = {p: m.addVar(f"c[{p}]", vtype="I", lb=0, ub=min(cols, caps[p])) for p in pods}
+    s_dp = m.addVar("S_dp", vtype="I", lb=bounds[0], ub=len(pods))
+    s_pp = m.addVar("S_pp", vtype="I", lb=bounds[1], ub=len(pods))
+    for j in stages:
+        m.addCons(quicksum(n[j, p] for p in pods) == cols, name=f"StageComplete({j})")
+        for p in pods:
+            m.addCons(n[j, p] <= min(cols, caps[p]) * r[j, p], name=f"DpGroupUses({j},{p})")
+            m.addCons(n[j, p] <= c[p], name=f"ColumnsTouch({j},{p})")
+        m.addCons(quicksum(r[j, p] for p in pods) <= s_dp, name=f"DpSpread({j})")
+        if j + 1 < problem.stages:
+            m.addCons(n[j, pods[0]] >= n[j + 1, pods[0]], name=f"StageOrder({j})")
+    for p in pods:
+        m.addCons(quicksum(n[j, p] for j in stages) <= caps[p], name=f"Capacity({p})")
+    m.addCons(quicksum(c.values()) <= cols * s_pp, name="PpSpread")
+    m.setObjective(problem.alpha * s_dp + (1 - problem.alpha) * s_pp, "minimize")
+    return m, {"n": n, "r": r, "c": c, "S_dp": s_dp, "S_pp": s_pp}
+
+
+def solve_counts(problem: CountProblem, *, time_limit: float, bounds: tuple[int, int],
+                 cutoff: float | None = None, seed: int = 0) -> CountSolution | None:
+    """Solve the count model. ``cutoff``: only solutions strictly better are of interest.
+
+    Returns ``None`` when SCIP finds no solution (none better than ``cutoff``, or no time);
+    the dual bound is then reported through ``last_dual_bound``.
+    """
+    t0 = time.monotonic()
+    model, v = build_model(problem, bounds)
+    model.setParam("limits/time", max(0.1, time_limit))
+    model.setParam("limits/gap", 0.0)
+    model.setParam("randomization/randomseedshift", seed)
+    if cutoff is not None:
+        model.setObjlimit(cutoff - 1e-6)
+    model.optimize()
+    dual = model.getDualbound()
+    status = str(model.getStatus())
+    if model.getNSols() == 0:
+        # Infeasible below the cutoff: the cutoff itself is a lower bound.
+        bound = cutoff if status in ("infeasible", "userinterrupt") and cutoff else dual
+        solve_counts.last_dual_bound = bound  # type: ignore[attr-defined]
+        solve_counts.last_status = status  # type: ignore[attr-defined]
+        return None
+    best = model.getBestSol()
+    pods = list(problem.capacities)
+    units = [{p: round(model.getSolVal(best, v["n"][j, p])) for p in pods
+              if round(model.getSolVal(best, v["n"][j, p])) > 0} for j in range(problem.stages)]
+    touching = {p: max((u.get(p, 0) for u in units), default=0) for p in pods}
+    # Use as many pipelines per minipod as the solution allows (more room for the matching).
+    for p in pods:
+        touching[p] = max(touching[p], round(model.getSolVal(best, v["c"][p])))
+    solve_counts.last_dual_bound = dual  # type: ignore[attr-defined]
+    solve_counts.last_status = status  # type: ignore[attr-defined]
+    return CountSolution(units, {p: t for p, t in touching.items() if t > 0},
+                         model.getSolObjVal(best), dual, status, time.monotonic() - t0)
+
+
+def _match_stage(quota: dict[str, int], holders: Sequence[Sequence[str]]) -> list[str] | None:
+    """Give each pipeline i one minipod from ``holders[i]``, ``quota[p]`` pipelines to each p
+    (breadth-first augmenting paths); ``None`` when no such assignment exists."""
+    left = dict(quota)
+    owner: dict[str, set[int]] = {p: set() for p in quota}
+    choice: list[str] = [""] * len(holders)
+    for i in range(len(holders)):
+        parent: dict[str, tuple[int, str | None]] = {}
+        frontier: deque[str] = deque()
+        for p in holders[i]:
+            if p in left and p not in parent:
+                parent[p] = (i, None)
+                frontier.append(p)
+        found = None
+        while frontier:
+            p = frontier.popleft()
+            if left[p] > 0:
+                found = p
+                break
+            for other in owner[p]:
+                for q in holders[other]:
+                    if q in left and q not in parent:
+                        parent[q] = (other, p)
+                        frontier.append(q)
+        if found is None:
+            return None
+        left[found] -= 1
+        step: str | None = found
+        while step is not None:  # shift every pipeline on the path one minipod along
+            col, prev = parent[step]
+            owner[step].add(col)
+            choice[col] = step
+            if prev is not None:
+                owner[prev].discard(col)
+            step = prev
+    return choice
+
+
+def layout_from_counts(sol: CountSolution, columns: int) -> list[list[str]] | None:
+    """Minipod of every (stage, pipeline), or ``None`` when the counts cannot be realised.
+
+    Pipelines are laid on a circle and each minipod gets an arc of ``touching[p]`` pipelines;
+    minipods holding whole DP groups (touching = D') come first so their arcs wrap exactly.
+    """
+    order = sorted(sol.touching, key=lambda p: -sol.touching[p])
+    holders: list[list[str]] = [[] for _ in range(columns)]
+    start = 0
+    for p in order:
+        for i in range(start, start + sol.touching[p]):
+            holders[i % columns].append(p)
+        start += sol.touching[p]
+    layout = []
+    for quota in sol.units:
+        picks = _match_stage(quota, holders)
+        if picks is None or len(picks) != columns:
+            return None
+        layout.append(picks)
+    return layout

@@ -1,0 +1,88 @@
+"""A placement: which nodes hold which cell of the communication matrix, and its spreads."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurm_arnold.placement.job import JobShape
+from slurm_arnold.topology import Topology
+
+Cell = tuple[int, int]  # (pp, column)
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Spreads (distinct minipods) of the job's communication groups."""
+
+    max_dp_spread: int
+    max_pp_spread: int
+    weighted_spread: float
+    minipods_used: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """The ``metrics`` object of ``arnold place --json``."""
+        return {"max_dp_spread": self.max_dp_spread, "max_pp_spread": self.max_pp_spread,
+                "weighted_spread": self.weighted_spread, "minipods_used": self.minipods_used}
+
+
+@dataclass
+class Placement:
+    """Nodes of every unit (``cells[(pp, column)]`` lists the unit's m nodes in TP order)."""
+
+    algo: str
+    job: JobShape
+    alpha: float
+    cells: dict[Cell, list[str]]
+    metrics: Metrics
+    solve_seconds: float = 0.0
+    gap: float | None = None
+    dual_bound: float | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def assignment(self) -> list[dict[str, Any]]:
+        """One entry per (node, replica): ``{"node", "pp", "dp", "tp": [first, end]}``."""
+        job = self.job
+        k, g = job.replicas_per_node, job.gpus_per_node
+        out = []
+        for (pp, col), nodes in sorted(self.cells.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+            for index, node in enumerate(nodes):
+                for r in range(k):
+                    tp = [index * g, (index + 1) * g] if job.tp > g else [0, job.tp]
+                    out.append({"node": node, "pp": pp, "dp": col * k + r, "tp": tp})
+        return out
+
+    def nodes(self) -> list[str]:
+        """Every node of the placement, in cell order."""
+        return [n for _, nodes in sorted(self.cells.items()) for n in nodes]
+
+    def as_json(self) -> dict[str, Any]:
+        """The ``arnold place --json`` object."""
+        return {"algo": self.algo, "assignment": self.assignment(),
+                "metrics": self.metrics.as_dict(), "solve_seconds": round(self.solve_seconds, 4),
+                "gap": self.gap}
+
+
+def measure(cells: Mapping[Cell, Sequence[str]], job: JobShape, topology: Topology,
+            alpha: float) -> Metrics:
+    """Spreads of a cell map: DP group = a row (one stage), PP group = a column (one replica)."""
+    rows: dict[int, set[str]] = {}
+    cols: dict[int, set[str]] = {}
+    used: set[str] = set()
+    for (pp, col), nodes in cells.items():
+        pods = {topology.minipod_of(n) for n in nodes}
+        rows.setdefault(pp, set()).update(pods)
+        cols.setdefault(col, set()).update(pods)
+        used |= pods
+    dp_spread = max((len(s) for s in rows.values()), default=0)
+    pp_spread = max((len(s) for s in cols.values()), default=0)
+    return Metrics(dp_spread, pp_spread,
+                   round(alpha * dp_spread + (1 - alpha) * pp_spread, 6), len(used))
+
+
+def cells_from_rank_order(nodes: Sequence[str], job: JobShape) -> dict[Cell, list[str]]:
+    """Cells a user gets today from a node list: Megatron's default order, TP fastest, then DP,
+    then PP, so consecutive units (of m nodes) form a DP group."""
+    m, cols = job.nodes_per_unit, job.columns
+    return {(u // cols, u % cols): list(nodes[u * m:(u + 1) * m]) for u in range(job.units)}
