@@ -59,7 +59,8 @@ def build_tree(scale: Scale, rng: random.Random, gpus_per_node: int = 8) -> Topo
     for p, pod in enumerate(sizes):
         first_leaf = leaf
         for count in pod:
-            lines.append(f"SwitchName=leaf{leaf} Nodes=n[{node:0{width}d}-{node + count - 1:0{width}d}]")
+            first, last = f"{node:0{width}d}", f"{node + count - 1:0{width}d}"
+            lines.append(f"SwitchName=leaf{leaf} Nodes=n[{first}-{last}]")
             node += count
             leaf += 1
         lines.append(f"SwitchName=pod{p} Switches=leaf[{first_leaf}-{leaf - 1}]")

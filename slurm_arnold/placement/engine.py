@@ -7,9 +7,11 @@ import time
 from collections.abc import Iterable
 
 from slurm_arnold.errors import InfeasibleError
+from slurm_arnold.placement.bands import band_layout
 from slurm_arnold.placement.baselines import BASELINES, aligned_cells, baseline_cells
+from slurm_arnold.placement.bounds import spread_pairs
 from slurm_arnold.placement.job import JobShape
-from slurm_arnold.placement.mip import CountProblem, layout_from_counts, solve_counts
+from slurm_arnold.placement.mip import CountProblem, layout_from_counts, solve_box
 from slurm_arnold.placement.plan import Cell, Placement, cells_from_rank_order, measure
 from slurm_arnold.placement.pool import Pool
 from slurm_arnold.topology import Topology
@@ -98,41 +100,62 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
     best_name = min(valid, key=lambda n: (scored[n].weighted_spread, n != "pp-aligned"))
     best_cells, best = starts[best_name], scored[best_name]
 
+    # Walk the possible spreads (a, b) from the cheapest: the product bound rules most of
+    # them out at once; SCIP decides the rest, each within a share of the time left. The
+    # first box that SCIP neither rules out nor solves in time is the dual bound.
     lb_dp, lb_pp = _lower_bounds(list(caps.values()), job)
-    lower = alpha * lb_dp + (1 - alpha) * lb_pp
-    if len(caps) > 1 and lb_dp == lb_pp == 1 and max(caps.values()) < job.units:
-        lower = min(alpha * 2 + (1 - alpha), alpha + (1 - alpha) * 2)  # one minipod cannot hold it
-    info: dict[str, object] = {"start": best_name, "start_weighted_spread": best.weighted_spread,
-                               "lower_bound": lower}
-    if best.weighted_spread <= lower + 1e-9:
-        return Placement("mip", job, alpha, best_cells, best, time.monotonic() - t0, 0.0,
-                         lower, info | {"status": "start optimal by bound"})
-
-    # Only the largest minipods can matter: bound how many an improving solution may use.
-    w = best.weighted_spread
-    max_dp = len(caps) if alpha == 0 else min(len(caps), int((w - (1 - alpha) * lb_pp) / alpha))
-    max_pp = len(caps) if alpha == 1 else min(len(caps), int((w - alpha * lb_dp) / (1 - alpha)))
-    limit = min(len(caps), job.pp * max(max_dp, 1), job.columns * max(max_pp, 1))
-    top = dict(list(caps.items())[:limit])
-    problem = CountProblem(top, job.pp, job.columns, alpha)
-    remaining = max(0.1, time_limit - (time.monotonic() - t0))
-    sol = solve_counts(problem, time_limit=remaining, bounds=(lb_dp, lb_pp), cutoff=w,
-                       seed=seed)
-    dual = max(lower, float(solve_counts.last_dual_bound))  # type: ignore[attr-defined]
-    info |= {"minipods_considered": len(top),
-             "status": str(solve_counts.last_status)}  # type: ignore[attr-defined]
-    if sol is not None:
-        info |= {"mip_objective": sol.objective, "mip_seconds": round(sol.seconds, 4)}
-        layout = layout_from_counts(sol, job.columns)
-        info["realised"] = layout is not None
+    pairs = [pr for pr in spread_pairs(list(caps.values()), job.pp, job.columns, alpha,
+                                       best.weighted_spread)
+             if pr[1] >= lb_dp and pr[2] >= lb_pp]
+    # Bands first: the cheapest (a, b) the product bound allows that a band layout reaches.
+    for cost, a, b, possible in pairs:
+        if not possible or cost >= best.weighted_spread - 1e-9:
+            continue
+        layout = band_layout(caps, job.pp, job.columns, a, b)
         if layout is not None:
             cells = cells_from_layout(layout, pool, job, alpha)
             metrics = measure(cells, job, topology, alpha)
             if metrics.weighted_spread < best.weighted_spread - 1e-9:
-                best_cells, best = cells, metrics
-                info["start"] = "mip"
+                best_cells, best, best_name = cells, metrics, "bands"
+            break
+    # Then SCIP on every box still cheaper than what we have: it proves a box empty, or finds
+    # counts that we realise, or runs out of its share of time (the box bounds the gap).
+    dual = best.weighted_spread
+    boxes: list[dict[str, object]] = []
+    for cost, a, b, possible in pairs:
+        if not possible:
+            continue
+        if cost >= best.weighted_spread - 1e-9:
+            break
+        left = time_limit - (time.monotonic() - t0)
+        if left <= 0.05:
+            dual = min(dual, cost)
+            break
+        limit = min(len(caps), job.pp * a, job.columns * b)
+        problem = CountProblem(dict(list(caps.items())[:limit]), job.pp, job.columns, alpha)
+        box = solve_box(problem, (a, b), time_limit=left / 2, max_solutions=3, seed=seed)
+        boxes.append({"a": a, "b": b, "status": box.status, "seconds": round(box.seconds, 3)})
+        if box.status == "infeasible":
+            continue
+        realised = False
+        for sol in box.solutions:
+            layout = layout_from_counts(sol, job.columns, b)
+            if layout is None:
+                continue
+            cells = cells_from_layout(layout, pool, job, alpha)
+            metrics = measure(cells, job, topology, alpha)
+            if metrics.weighted_spread < best.weighted_spread - 1e-9:
+                best_cells, best, best_name = cells, metrics, "mip"
+                realised = True
+                break
+        dual = min(dual, cost)
+        if realised:
+            break
     dual = min(dual, best.weighted_spread)
+    status = "optimal" if best.weighted_spread <= dual + 1e-9 else "gap"
     gap = (best.weighted_spread - dual) / best.weighted_spread if best.weighted_spread else 0.0
+    info = {"source": best_name, "status": status, "dual_bound": dual, "boxes": boxes,
+            "pairs_ruled_out_by_bound": sum(1 for pr in pairs if not pr[3])}
     return Placement("mip", job, alpha, best_cells, best, time.monotonic() - t0,
                      round(max(gap, 0.0), 6), dual, info)
 

@@ -60,9 +60,8 @@ class CountSolution:
     seconds: float
 
 
-def build_model(problem: CountProblem,
-                bounds: tuple[int, int] = (1, 1)) -> tuple[Model, dict[str, Any]]:
-    """Build the count model; ``bounds`` are valid lower bounds on (S_dp, S_pp)."""
+def build_model(problem: CountProblem, limits: tuple[int, int]) -> tuple[Model, dict[str, Any]]:
+    """Build the count model for spreads at most ``limits`` = (a, b) (S_dp <= a, S_pp <= b)."""
     caps = problem.capacities
     pods = list(caps)
     stages = range(problem.stages)
@@ -73,8 +72,8 @@ def build_model(problem: CountProblem,
          for j in stages for p in pods}
     r = {(j, p): m.addVar(f"r[{j},{p}]", vtype="B") for j in stages for p in pods}
     c = {p: m.addVar(f"c[{p}]", vtype="I", lb=0, ub=min(cols, caps[p])) for p in pods}
-    s_dp = m.addVar("S_dp", vtype="I", lb=bounds[0], ub=len(pods))
-    s_pp = m.addVar("S_pp", vtype="I", lb=bounds[1], ub=len(pods))
+    s_dp = m.addVar("S_dp", vtype="I", lb=1, ub=limits[0])
+    s_pp = m.addVar("S_pp", vtype="I", lb=1, ub=limits[1])
     for j in stages:
         m.addCons(quicksum(n[j, p] for p in pods) == cols, name=f"StageComplete({j})")
         for p in pods:
@@ -90,41 +89,38 @@ def build_model(problem: CountProblem,
     return m, {"n": n, "r": r, "c": c, "S_dp": s_dp, "S_pp": s_pp}
 
 
-def solve_counts(problem: CountProblem, *, time_limit: float, bounds: tuple[int, int],
-                 cutoff: float | None = None, seed: int = 0) -> CountSolution | None:
-    """Solve the count model. ``cutoff``: only solutions strictly better are of interest.
+@dataclass
+class BoxResult:
+    """What SCIP said about one spread box: solutions found (best first) and the status."""
 
-    Returns ``None`` when SCIP finds no solution (none better than ``cutoff``, or no time);
-    the dual bound is then reported through ``last_dual_bound``.
-    """
+    solutions: list[CountSolution]
+    status: str
+    seconds: float
+
+
+def solve_box(problem: CountProblem, limits: tuple[int, int], *, time_limit: float,
+              max_solutions: int = 1, seed: int = 0) -> BoxResult:
+    """Look for count solutions with spreads within ``limits``; status ``infeasible`` proves
+    there are none (the model is a relaxation, so then no placement has such spreads)."""
     t0 = time.monotonic()
-    model, v = build_model(problem, bounds)
-    model.setParam("limits/time", max(0.1, time_limit))
-    model.setParam("limits/gap", 0.0)
+    model, v = build_model(problem, limits)
+    model.setParam("limits/time", max(0.05, time_limit))
+    model.setParam("limits/solutions", max_solutions)
     model.setParam("randomization/randomseedshift", seed)
-    if cutoff is not None:
-        model.setObjlimit(cutoff - 1e-6)
     model.optimize()
-    dual = model.getDualbound()
-    status = str(model.getStatus())
-    if model.getNSols() == 0:
-        # Infeasible below the cutoff: the cutoff itself is a lower bound.
-        bound = cutoff if status in ("infeasible", "userinterrupt") and cutoff else dual
-        solve_counts.last_dual_bound = bound  # type: ignore[attr-defined]
-        solve_counts.last_status = status  # type: ignore[attr-defined]
-        return None
-    best = model.getBestSol()
     pods = list(problem.capacities)
-    units = [{p: round(model.getSolVal(best, v["n"][j, p])) for p in pods
-              if round(model.getSolVal(best, v["n"][j, p])) > 0} for j in range(problem.stages)]
-    touching = {p: max((u.get(p, 0) for u in units), default=0) for p in pods}
-    # Use as many pipelines per minipod as the solution allows (more room for the matching).
-    for p in pods:
-        touching[p] = max(touching[p], round(model.getSolVal(best, v["c"][p])))
-    solve_counts.last_dual_bound = dual  # type: ignore[attr-defined]
-    solve_counts.last_status = status  # type: ignore[attr-defined]
-    return CountSolution(units, {p: t for p, t in touching.items() if t > 0},
-                         model.getSolObjVal(best), dual, status, time.monotonic() - t0)
+    found = []
+    for sol in model.getSols()[:max_solutions]:
+        units = []
+        for j in range(problem.stages):
+            row = {p: round(model.getSolVal(sol, v["n"][j, p])) for p in pods}
+            units.append({p: k for p, k in row.items() if k > 0})
+        touching = {p: max(max((u.get(p, 0) for u in units), default=0),
+                           round(model.getSolVal(sol, v["c"][p]))) for p in pods}
+        found.append(CountSolution(units, {p: t for p, t in touching.items() if t > 0},
+                                   model.getSolObjVal(sol), model.getDualbound(),
+                                   str(model.getStatus()), time.monotonic() - t0))
+    return BoxResult(found, str(model.getStatus()), time.monotonic() - t0)
 
 
 def _match_stage(quota: dict[str, int], holders: Sequence[Sequence[str]]) -> list[str] | None:
@@ -165,19 +161,37 @@ def _match_stage(quota: dict[str, int], holders: Sequence[Sequence[str]]) -> lis
     return choice
 
 
-def layout_from_counts(sol: CountSolution, columns: int) -> list[list[str]] | None:
+def layout_from_counts(sol: CountSolution, columns: int, spread_pp: int) -> list[list[str]] | None:
     """Minipod of every (stage, pipeline), or ``None`` when the counts cannot be realised.
 
-    Pipelines are laid on a circle and each minipod gets an arc of ``touching[p]`` pipelines;
-    minipods holding whole DP groups (touching = D') come first so their arcs wrap exactly.
+    Pipelines are laid on a circle and each minipod gets an arc of ``touching[p]`` pipelines,
+    first widened to use the whole budget of ``spread_pp * D'`` arc length (more choice for the
+    matching, never more than ``spread_pp`` arcs over one pipeline). Arc orders tried: widest
+    first, narrowest first, and by name.
     """
-    order = sorted(sol.touching, key=lambda p: -sol.touching[p])
+    touching = dict(sol.touching)
+    slack = spread_pp * columns - sum(touching.values())
+    for p in sorted(touching, key=lambda p: -touching[p]):
+        extra = min(slack, columns - touching[p])
+        touching[p] += extra
+        slack -= extra
+    orders = [sorted(touching, key=lambda p: -touching[p]),
+              sorted(touching, key=lambda p: touching[p]), sorted(touching)]
+    for order in orders:
+        layout = _layout_with_arcs(sol, touching, order, columns)
+        if layout is not None:
+            return layout
+    return None
+
+
+def _layout_with_arcs(sol: CountSolution, touching: dict[str, int], order: list[str],
+                      columns: int) -> list[list[str]] | None:
     holders: list[list[str]] = [[] for _ in range(columns)]
     start = 0
     for p in order:
-        for i in range(start, start + sol.touching[p]):
+        for i in range(start, start + touching[p]):
             holders[i % columns].append(p)
-        start += sol.touching[p]
+        start += touching[p]
     layout = []
     for quota in sol.units:
         picks = _match_stage(quota, holders)

@@ -1,0 +1,78 @@
+"""Lower bounds on the weighted spread that need no solver.
+
+For spreads (a, b) to be possible, the units must fit the minipods with every DP group in at
+most a of them and every pipeline in at most b. Let rho_p be the stages (rows) and gamma_p the
+pipelines (columns) that touch minipod p: p holds at most min(cap_p, rho_p * gamma_p) units,
+sum rho_p <= a * PP and sum gamma_p <= b * D'. If even the best choice of rho and gamma holds
+fewer than PP * D' units, (a, b) is impossible.
+
+That maximum is bounded from above by a Lagrangian relaxation of the pipeline budget: for a
+multiplier lam >= 0 and gamma continuous, a minipod given rho rows is worth
+max(0, min(cap, rho * D') - lam * min(D', cap / rho)) when rho > lam, and a knapsack over
+rows (dynamic program on numpy arrays) picks the rho_p. Any lam gives a valid bound; we take the
+smallest over a grid. The product rho * gamma is what the MIP's linear relaxation cannot see,
+which is why this bound is often far stronger than SCIP's root bound.
+
+Only the L = min(#minipods, PP * a, D' * b) largest minipods need to be considered: a placement
+with those spreads uses at most L minipods, and moving it to the L largest never hurts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def product_upper_bound(caps: Sequence[int], rows: int, cols: int, a: int, b: int) -> float:
+    """Upper bound on the units that fit with DP spread <= a and PP spread <= b.
+
+    ``caps`` are minipod capacities in units, largest first.
+    """
+    top = np.asarray(list(caps)[: min(len(caps), rows * a, cols * b)], dtype=float)
+    budget = rows * a
+    rho = np.arange(1, rows + 1, dtype=float)
+    best = float("inf")
+    for lam in np.linspace(0.0, float(rows), 17):
+        # value[p, r-1]: worth of minipod p given r rows touching it
+        gamma = np.minimum(cols, top[:, None] / rho[None, :])
+        value = np.minimum(top[:, None], rho[None, :] * cols) - lam * gamma
+        value = np.where(rho[None, :] > lam, np.maximum(value, 0.0), 0.0)
+        dp = np.zeros(budget + 1)
+        for p in range(len(top)):
+            new = dp.copy()
+            for r in range(1, min(rows, budget) + 1):
+                candidate = dp[: budget + 1 - r] + value[p, r - 1]
+                np.maximum(new[r:], candidate, out=new[r:])
+            dp = new
+        best = min(best, lam * b * cols + float(dp.max()))
+    return best
+
+
+def spread_pairs(caps: Sequence[int], rows: int, cols: int, alpha: float,
+                 below: float) -> list[tuple[float, int, int, bool]]:
+    """Every (cost, a, b, possible) with cost < ``below``, cheapest first; ``possible`` is
+    False where the product bound proves no placement has spreads (a, b)."""
+    n = len(caps)
+    need = rows * cols
+    out = []
+    excluded: list[tuple[int, int]] = []
+    for a in range(1, n + 1):
+        for b in range(1, n + 1):
+            cost = round(alpha * a + (1 - alpha) * b, 9)
+            if cost >= below - 1e-9:
+                continue
+            out.append((cost, a, b))
+    out.sort()
+    result = []
+    for cost, a, b in out:
+        # Fewer minipods per group is never easier: a proven-impossible (a', b') with a <= a'
+        # and b <= b' makes (a, b) impossible too.
+        if any(a <= ea and b <= eb for ea, eb in excluded):
+            result.append((cost, a, b, False))
+            continue
+        possible = product_upper_bound(caps, rows, cols, a, b) >= need - 1e-6
+        if not possible:
+            excluded.append((a, b))
+        result.append((cost, a, b, possible))
+    return result
