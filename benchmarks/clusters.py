@@ -1,14 +1,16 @@
 """Seeded synthetic fat trees, fragmented by replaying a job mix.
 
 Minipods have unequal sizes (leaf counts vary) and leaves unequal node counts, as real halls
-grow in stages. Occupancy comes from replaying jobs: jobs of 1 to 64 nodes (sizes drawn
-log-uniformly) arrive, are placed by a topology-blind first fit over a node order that is
-shuffled by rack, and leave after random lifetimes; the replay stops once the target share of
-nodes is busy, so the free nodes are scattered the way a busy cluster's are.
+grow in stages. Occupancy comes from replaying jobs: jobs of 1 to 64 nodes (at most an eighth
+of the cluster; sizes drawn log-uniformly) arrive, are placed by a topology-blind first fit
+over a node order that is shuffled by rack, and leave after random lifetimes; the replay
+stops once the target share of nodes is busy, so the free nodes are scattered the way a busy
+cluster's are.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from dataclasses import dataclass
@@ -73,22 +75,22 @@ def fragment(topology: Topology, occupancy: float, rng: random.Random) -> list[s
     leaves = topology.leaves()
     rng.shuffle(leaves)  # the blind scheduler's order: racks in an arbitrary order
     order = [n for leaf in leaves for n in topology.switches[leaf].children]
-    busy: dict[str, int] = {}
-    running: list[tuple[float, int, list[str]]] = []
+    free_heap = list(range(len(order)))  # first fit: the lowest free positions
+    busy: set[int] = set()
+    running: list[tuple[float, list[int]]] = []
     now = 0.0
-    job = 0
     target = int(occupancy * len(order))
+    largest = max(2, min(64, len(order) // 8))
     while len(busy) < target:
         now += rng.expovariate(1.0)
-        for item in [r for r in running if r[0] <= now]:
-            running.remove(item)
-            for n in item[2]:
-                busy.pop(n, None)
-        size = min(int(math.exp(rng.uniform(0, math.log(64)))), len(order) - len(busy))
-        free = [n for n in order if n not in busy]
-        nodes = free[:size]
-        job += 1
-        for n in nodes:
-            busy[n] = job
-        running.append((now + rng.expovariate(1 / 40.0), job, nodes))
-    return [n for n in topology.nodes if n not in busy]
+        while running and running[0][0] <= now:
+            _, released = heapq.heappop(running)
+            for i in released:
+                busy.discard(i)
+                heapq.heappush(free_heap, i)
+        size = min(int(math.exp(rng.uniform(0, math.log(largest)))), target - len(busy))
+        taken = [heapq.heappop(free_heap) for _ in range(size)]
+        busy.update(taken)
+        heapq.heappush(running, (now + rng.expovariate(1 / 40.0), taken))
+    busy_names = {order[i] for i in busy}
+    return [n for n in topology.nodes if n not in busy_names]

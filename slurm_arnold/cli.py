@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -259,3 +260,43 @@ def _print_placement(result: Placement, topo: Topology) -> None:
     console.print(f"max DP spread {m.max_dp_spread}, max PP spread {m.max_pp_spread}, "
                   f"weighted {m.weighted_spread}, minipods used {m.minipods_used}, "
                   f"solved in {result.solve_seconds:.2f} s, gap {gap}")
+
+
+@main.group()
+def bench() -> None:
+    """Benchmarks; each writes its section of docs/benchmarks.md."""
+
+
+@bench.command("placement")
+@click.option("--quick", is_flag=True, help="A small smoke run (does not touch the docs).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Shift the suite to other clusters.")
+@click.option("--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md",
+              show_default=True, help="Where the full run writes its table.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_placement(quick: bool, seed: int, docs: str, as_json: bool) -> None:
+    """Every placement algorithm side by side on fragmented clusters at three scales."""
+    from rich.progress import Progress
+
+    from benchmarks.placement import FULL, QUICK, markdown, run_suite, write_section
+
+    spec = QUICK if quick else FULL
+    total = sum(len(spec.jobs[s]) for s in spec.scales) * spec.clusters * len(spec.pps) \
+        * len(spec.alphas)
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("placement cases", total=total)
+        result = run_suite(spec, seed, progress=lambda: bar.advance(task))
+    if not quick:
+        command = "arnold bench placement" + (f" --seed {seed}" if seed else "")
+        write_section(Path(docs), "placement", markdown(result, command))
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    s = result["summary"]
+    click.echo(f"{s['cases']} cases: ratio best-baseline/mip mean {s['ratio_mean']}, max "
+               f"{s['ratio_max']}; never worse than best baseline: "
+               f"{s['never_worse_than_best_baseline']}, than pp-aligned: "
+               f"{s['never_worse_than_pp_aligned']}")
+    for scale, v in s["per_scale"].items():
+        click.echo(f"  {scale}: p95 {v['solve_p95_s']} s, gap max {v['gap_max']}, "
+                   f"gap<=1% {v['proven_or_gap_1pct']}/{v['cases']}, time {v['time_share']}")

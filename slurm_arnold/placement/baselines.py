@@ -72,9 +72,8 @@ def best_fit(topology: Topology, free: Sequence[str], job: JobShape,
     """Tightest minipod that fits, else the most fragmented leaves first."""
     need = _need(job, free)
     pods: dict[str, list[str]] = {}
-    for node in topology.nodes:
-        if node in set(free):
-            pods.setdefault(topology.minipod_of(node), []).append(node)
+    for node in free:
+        pods.setdefault(topology.minipod_of(node), []).append(node)
     fitting = [p for p in pods if len(pods[p]) >= need]
     leaves = _leaves(topology, free)
     if fitting:

@@ -33,7 +33,8 @@ def place(topology: Topology, free: Iterable[str], job: JobShape, *, algo: str =
     Raises ``InfeasibleError`` when the free nodes cannot hold the job.
     """
     check_alpha(alpha)
-    free_list = [n for n in topology.nodes if n in set(free)]
+    free_set = set(free)
+    free_list = [n for n in topology.nodes if n in free_set]
     if len(free_list) < job.nodes:
         raise InfeasibleError(
             f"the job needs {job.nodes} nodes ({job.gpus} GPUs) but only {len(free_list)} are "
@@ -96,6 +97,7 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
     for name in BASELINES:
         starts[name] = baseline_cells(name, topology, free, job, seed)
     scored = {name: measure(c, job, topology, alpha) for name, c in starts.items()}
+    phases = {"baselines": time.monotonic() - t0}
     valid = [n for n in starts if _leaf_local(starts[n], topology)]
     best_name = min(valid, key=lambda n: (scored[n].weighted_spread, n != "pp-aligned"))
     best_cells, best = starts[best_name], scored[best_name]
@@ -107,6 +109,7 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
     pairs = [pr for pr in spread_pairs(list(caps.values()), job.pp, job.columns, alpha,
                                        best.weighted_spread)
              if pr[1] >= lb_dp and pr[2] >= lb_pp]
+    phases["bound"] = time.monotonic() - t0 - sum(phases.values())
     # Bands first: the cheapest (a, b) the product bound allows that a band layout reaches.
     for cost, a, b, possible in pairs:
         if not possible or cost >= best.weighted_spread - 1e-9:
@@ -118,6 +121,7 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
             if metrics.weighted_spread < best.weighted_spread - 1e-9:
                 best_cells, best, best_name = cells, metrics, "bands"
             break
+    phases["bands"] = time.monotonic() - t0 - sum(phases.values())
     # Then SCIP on every box still cheaper than what we have: it proves a box empty, or finds
     # counts that we realise, or runs out of its share of time (the box bounds the gap).
     dual = best.weighted_spread
@@ -151,10 +155,12 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
         dual = min(dual, cost)
         if realised:
             break
+    phases["scip"] = time.monotonic() - t0 - sum(phases.values())
     dual = min(dual, best.weighted_spread)
     status = "optimal" if best.weighted_spread <= dual + 1e-9 else "gap"
     gap = (best.weighted_spread - dual) / best.weighted_spread if best.weighted_spread else 0.0
     info = {"source": best_name, "status": status, "dual_bound": dual, "boxes": boxes,
+            "phase_seconds": {k: round(v, 4) for k, v in phases.items()},
             "pairs_ruled_out_by_bound": sum(1 for pr in pairs if not pr[3])}
     return Placement("mip", job, alpha, best_cells, best, time.monotonic() - t0,
                      round(max(gap, 0.0), 6), dual, info)

@@ -1,0 +1,38 @@
+"""The placement benchmark's --quick smoke run (the full suite is `arnold bench placement`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from slurm_arnold.cli import main
+
+
+def test_quick_benchmark_runs_and_never_loses(tmp_path: Path) -> None:
+    docs = tmp_path / "benchmarks.md"
+    result = CliRunner().invoke(main, ["bench", "placement", "--quick", "--json", "--docs",
+                                       str(docs)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output.strip().splitlines()[-1])
+    summary = doc["summary"]
+    assert summary["cases"] == len(doc["cases"]) > 0
+    assert summary["never_worse_than_best_baseline"] is True
+    assert summary["never_worse_than_pp_aligned"] is True
+    for case in doc["cases"]:
+        best = min(v for k, v in case["spreads"].items() if k not in ("mip", "pp-aligned"))
+        assert case["ratio"] == round(best / case["spreads"]["mip"], 4)
+    assert not docs.exists()  # --quick leaves the docs alone
+
+
+def test_docs_section_is_replaced_not_duplicated(tmp_path: Path) -> None:
+    from benchmarks.placement import write_section
+
+    path = tmp_path / "b.md"
+    write_section(path, "placement", "first")
+    write_section(path, "other", "kept")
+    write_section(path, "placement", "second")
+    text = path.read_text()
+    assert text.count("<!-- placement:start -->") == 1
+    assert "second" in text and "first" not in text and "kept" in text
