@@ -8,7 +8,7 @@ APT_PACKAGES := munge slurmctld slurmd slurmdbd slurm-client libslurm-dev mariad
 	mariadb-client python3 python3-venv python3-dev gcc make libgomp1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help system venv cluster cluster-down cluster-status test lint demo clean
+.PHONY: help system spank venv cluster cluster-down cluster-status test lint demo clean
 
 help:
 	@echo "make demo          set up, start the local cluster, show the topology and a placement"
@@ -37,7 +37,10 @@ $(STAMP): pyproject.toml | system
 	$(PY) -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
-cluster: system
+spank: system
+	$(MAKE) -C spank
+
+cluster: system spank
 	python3 site_config/devcluster/devcluster.py up
 
 cluster-down:

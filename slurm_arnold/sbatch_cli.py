@@ -1,23 +1,32 @@
 """``arnold-sbatch``: sbatch with topology-aware placement.
 
-Until the placement-aware submission lands, a job without any of Arnold's options is handed to
-``sbatch`` unchanged, which is also what it will always do for such jobs: same arguments, same
-standard input, same output and exit code.
+Our options (``--tp``, ``--pp``, ``--dp``, ``--alpha``, ``--align``, ``--placement``,
+``--rank-order``) come from the command line or ``#ARNOLD`` lines; everything else goes to the
+real ``sbatch`` untouched. A job without any of our options is handed to sbatch unchanged.
+stdout is sbatch's, byte for byte; our logs go to stderr; the exit code is sbatch's, or 1
+(``SLURM_EXIT_ERROR`` if set) for our own errors.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-import shutil
 import sys
+
+from site_config import load_config
+from slurm_arnold.errors import ArnoldError
+from slurm_arnold.submit.flow import submit
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Replace this process with the real ``sbatch``, passing every argument through."""
+    """Entry point of ``arnold-sbatch``."""
     args = sys.argv[1:] if argv is None else argv
-    sbatch = shutil.which("sbatch")
-    if sbatch is None:
-        print("arnold-sbatch: error: `sbatch` not found; install Slurm's client commands "
-              "(Debian: slurm-client) or put them on PATH", file=sys.stderr)
-        sys.exit(int(os.environ.get("SLURM_EXIT_ERROR", "1")))
-    os.execv(sbatch, [sbatch, *args])
+    level = logging.DEBUG if os.environ.get("ARNOLD_DEBUG") else logging.WARNING
+    logging.basicConfig(level=level, stream=sys.stderr,
+                        format="arnold-sbatch: %(levelname)s: %(message)s")
+    try:
+        code = submit(args, load_config())
+    except ArnoldError as exc:
+        print(f"arnold-sbatch: error: {exc}", file=sys.stderr)
+        code = int(os.environ.get("SLURM_EXIT_ERROR", "1"))
+    sys.exit(code)

@@ -48,6 +48,7 @@ class NodeInfo:
     partitions: tuple[str, ...]
     gpus_total: int
     gpus_used: int
+    features: frozenset[str] = frozenset()
 
     @property
     def gpus_free(self) -> int:
@@ -142,6 +143,12 @@ def parse_oneliner(line: str) -> dict[str, str]:
     return out
 
 
+def _features(text: str | None) -> frozenset[str]:
+    if not text or text == "(null)":
+        return frozenset()
+    return frozenset(f for f in text.split(",") if f)
+
+
 def _split_state(raw: str) -> tuple[str, frozenset[str]]:
     """``IDLE+DRAIN`` or ``idle*`` to a base state and flags."""
     text = raw.strip().upper()
@@ -168,6 +175,7 @@ def _nodes_from_json_v0038(doc: Mapping[str, Any]) -> list[NodeInfo]:
             partitions=tuple(n.get("partitions") or ()),
             gpus_total=parse_gpu_count(n.get("gres")),
             gpus_used=parse_gpu_count(n.get("gres_used")),
+            features=_features(n.get("active_features")),
         ))
     return out
 
@@ -187,6 +195,7 @@ def _nodes_from_scontrol(text: str) -> list[NodeInfo]:
             partitions=tuple(p for p in f.get("Partitions", "").split(",") if p),
             gpus_total=parse_gpu_count(f.get("Gres")),
             gpus_used=int(used.group(1)) if used else 0,
+            features=_features(f.get("ActiveFeatures")),
         ))
     return out
 

@@ -317,9 +317,13 @@ def configure(shape: Shape, p: dict[str, Path]) -> bool:
     changed |= write_if_changed(p["etc"] / "topology.conf", topology_conf(shape))
     changed |= write_if_changed(p["etc"] / "gres.conf", gres_conf(shape, p))
     changed |= write_if_changed(p["etc"] / "slurmdbd.conf", slurmdbd_conf(shape, p), 0o600)
-    plugstack = p["etc"] / "plugstack.conf"
-    if not plugstack.exists():
-        write_if_changed(plugstack, "# SPANK plugins of the local development cluster.\n")
+    # The arnold SPANK plugin (built by `make -C spank`); srun and sbatch read plugstack.conf
+    # afresh, so adding it needs no daemon restart.
+    plugin = REPO / "spank" / "arnold_rankfile.so"
+    plugstack = "# SPANK plugins of the local development cluster.\n"
+    if plugin.exists():
+        plugstack += f"required {plugin}\n"
+    write_if_changed(p["etc"] / "plugstack.conf", plugstack)
     write_if_changed(p["etc"] / "arnold.toml", arnold_toml(p))
     return changed
 

@@ -1,0 +1,133 @@
+"""The ``arnold-rankorder v1`` file: written by arnold-sbatch, read by the SPANK plugin.
+
+Format (docs/rankorder.md)::
+
+    arnold-rankorder v1
+    world_size 128
+    master_addr n001
+    master_port 24917
+    placement_id 5f0c2d9e1a7b
+    tp 8
+    pp 4
+    dp 4
+    order tp-dp-pp
+    ranks
+    0 n001 0 0 0 0          # rank node local_rank tp pp dp, one line per rank, in rank order
+
+With the default order ``tp-dp-pp``, RANK = tp + TP*(dp + DP*pp): Megatron's own order, so the
+framework's group construction from RANK lands exactly on the placement. Each node's local
+ranks are its ranks in increasing order (its TP ranks in order).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurm_arnold.errors import ArnoldError
+from slurm_arnold.placement import Placement
+
+ORDERS = ("tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "pp-tp-dp", "dp-pp-tp", "pp-dp-tp")
+MAGIC = "arnold-rankorder v1"
+
+
+@dataclass(frozen=True)
+class RankEntry:
+    """One rank of the job."""
+
+    rank: int
+    node: str
+    local_rank: int
+    tp: int
+    pp: int
+    dp: int
+
+
+def rank_of(order: str, tp: int, pp: int, dp: int, sizes: dict[str, int]) -> int:
+    """The rank of coordinates (tp, pp, dp) in ``order`` (fastest-varying dimension first)."""
+    coords = {"tp": tp, "pp": pp, "dp": dp}
+    rank, scale = 0, 1
+    for dim in order.split("-"):
+        rank += coords[dim] * scale
+        scale *= sizes[dim]
+    return rank
+
+
+def rank_entries(placement: Placement, order: str = "tp-dp-pp") -> list[RankEntry]:
+    """Every rank of the placement, in rank order."""
+    if order not in ORDERS:
+        raise ArnoldError(f"unknown rank order {order!r}; use one of {', '.join(ORDERS)}")
+    job = placement.job
+    sizes = {"tp": job.tp, "pp": job.pp, "dp": job.dp}
+    coords: dict[int, tuple[str, int, int, int]] = {}
+    for e in placement.assignment():
+        for t in range(e["tp"][0], e["tp"][1]):
+            coords[rank_of(order, t, e["pp"], e["dp"], sizes)] = (e["node"], t, e["pp"], e["dp"])
+    per_node: dict[str, list[int]] = {}
+    for rank in sorted(coords):
+        per_node.setdefault(coords[rank][0], []).append(rank)
+    local = {r: i for ranks in per_node.values() for i, r in enumerate(ranks)}
+    return [RankEntry(r, coords[r][0], local[r], coords[r][1], coords[r][2], coords[r][3])
+            for r in sorted(coords)]
+
+
+def master_port(placement_id: str) -> int:
+    """A port in 20000..29999 derived from the placement id (distinct jobs rarely collide)."""
+    return 20000 + int(placement_id[:8], 16) % 10000
+
+
+def render(entries: list[RankEntry], placement: Placement, placement_id: str,
+           order: str = "tp-dp-pp") -> str:
+    """The rank-order file's text."""
+    job = placement.job
+    lines = [MAGIC, f"world_size {len(entries)}", f"master_addr {entries[0].node}",
+             f"master_port {master_port(placement_id)}", f"placement_id {placement_id}",
+             f"tp {job.tp}", f"pp {job.pp}", f"dp {job.dp}", f"order {order}",
+             "# rank node local_rank tp pp dp", "ranks"]
+    lines += [f"{e.rank} {e.node} {e.local_rank} {e.tp} {e.pp} {e.dp}" for e in entries]
+    return "\n".join(lines) + "\n"
+
+
+def write_files(directory: Path, placement: Placement, placement_id: str,
+                order: str = "tp-dp-pp") -> tuple[Path, Path]:
+    """Write the rank-order file and a SLURM_HOSTFILE (one node per rank, in rank order);
+    returns their paths. Written to a temporary name and renamed, readable by everyone (they
+    hold no secret and the job may run as another account that shares the user's files)."""
+    if not re.fullmatch(r"[0-9a-f]{8,64}", placement_id):
+        raise ArnoldError(f"bad placement id {placement_id!r}")
+    entries = rank_entries(placement, order)
+    directory.mkdir(parents=True, exist_ok=True)
+    rankfile = directory / f"{placement_id}.rankorder"
+    hostfile = directory / f"{placement_id}.hosts"
+    for path, text in ((rankfile, render(entries, placement, placement_id, order)),
+                       (hostfile, "".join(f"{e.node}\n" for e in entries))):
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text)
+        os.chmod(tmp, 0o644)
+        tmp.replace(path)
+    return rankfile, hostfile
+
+
+def parse(text: str) -> tuple[dict[str, str], list[RankEntry]]:
+    """Read a rank-order file back (for people and tests; the plugin has its own C parser)."""
+    lines = text.splitlines()
+    if not lines or lines[0] != MAGIC:
+        raise ArnoldError(f"not an {MAGIC} file")
+    header: dict[str, str] = {}
+    entries: list[RankEntry] = []
+    in_ranks = False
+    for line in lines[1:]:
+        if line.startswith("#"):
+            continue
+        if not in_ranks:
+            if line == "ranks":
+                in_ranks = True
+                continue
+            key, _, value = line.partition(" ")
+            header[key] = value
+            continue
+        r, node, local, tp, pp, dp = line.split()
+        entries.append(RankEntry(int(r), node, int(local), int(tp), int(pp), int(dp)))
+    return header, entries

@@ -1,0 +1,1 @@
+"""arnold-sbatch: placement-aware submission through the real sbatch."""

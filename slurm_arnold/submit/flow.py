@@ -1,0 +1,295 @@
+"""Submitting a placed job: narrow the free nodes, place, write the rank files, run sbatch.
+
+The lock (``<state_dir>/submit.lock``) is held around reading the cluster, solving and
+submitting, and released as soon as sbatch has printed the job id, never while ``--wait``
+waits. Nodes of jobs we submitted that slurmctld has not started yet count as taken, so two
+arnold-sbatch calls are never given the same nodes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import getpass
+import json
+import logging
+import os
+import re
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import hostlist
+
+from site_config import SiteConfig
+from slurm_arnold.cluster import ClusterView, live_cluster
+from slurm_arnold.errors import ArnoldError, InfeasibleError
+from slurm_arnold.placement import JobShape, Placement, place
+from slurm_arnold.placement.engine import check_alpha, place_from_node_list
+from slurm_arnold.rankorder import ORDERS, write_files
+from slurm_arnold.slurm import Slurm
+from slurm_arnold.state import StateDB
+from slurm_arnold.submit.options import Parsed, arnold_options, effective, split_args
+
+log = logging.getLogger(__name__)
+ALGOS = ("mip", "best-fit", "random-fit", "gpu-packing", "topo-aware", "slurm")
+
+
+@dataclass
+class Request:
+    """What the user asked for, resolved from the command line, environment and script."""
+
+    parsed: Parsed
+    script_text: str | None
+    stdin_script: bool
+    ours: dict[str, str]
+    sbatch: dict[str, str]
+
+
+def read_request(argv: list[str], stdin: IO[str] | None = None,
+                 env: Mapping[str, str] | None = None) -> Request:
+    """Split the arguments and read the script (file, stdin, or none for --wrap)."""
+    parsed = split_args(argv)
+    script_text: str | None = None
+    stdin_script = False
+    if parsed.script is not None:
+        try:
+            script_text = Path(parsed.script).read_text(errors="replace")
+        except OSError as exc:
+            raise ArnoldError(f"{parsed.script}: cannot read the batch script: "
+                              f"{exc.strerror}") from None
+    elif "wrap" not in parsed.cli:
+        script_text = (stdin or sys.stdin).read()
+        stdin_script = True
+    return Request(parsed, script_text, stdin_script, arnold_options(parsed, script_text),
+                   effective(parsed, script_text, env))
+
+
+def _int_option(value: str | None, name: str) -> int | None:
+    if value is None:
+        return None
+    if not re.fullmatch(r"\d+", value.strip()):
+        raise ArnoldError(f"{name}={value!r}: arnold-sbatch needs one whole number here")
+    return int(value)
+
+
+def _nodes_option(value: str | None) -> int | None:
+    if value is None:
+        return None
+    low, _, high = value.partition("-")
+    if high and high != low:
+        raise ArnoldError(f"--nodes={value}: a placed job needs an exact node count, not a "
+                          "range; give -N with one number")
+    return _int_option(low, "--nodes")
+
+
+def _gpus_per_node(sbatch: Mapping[str, str]) -> int | None:
+    if "gpus-per-node" in sbatch:
+        value = sbatch["gpus-per-node"].split(":")[-1]
+        return _int_option(value, "--gpus-per-node")
+    for item in sbatch.get("gres", "").split(","):
+        match = re.fullmatch(r"(?:gres/)?gpu(?::[\w.-]+)?:(\d+)", item.strip())
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def _matches_constraint(features: frozenset[str], expr: str) -> bool:
+    """Slurm's simple constraints: ``a``, ``a&b``, ``a|b``; anything richer is refused."""
+    if re.search(r"[\[\]()*!]", expr):
+        raise ArnoldError(f"--constraint={expr}: arnold-sbatch understands only a, a&b and "
+                          "a|b; use --placement=slurm for richer constraints")
+    return any(all(f in features for f in term.split("&")) for term in expr.split("|"))
+
+
+def narrow_free(view: ClusterView, sbatch: Mapping[str, str], claimed: set[str]) -> set[str]:
+    """Free nodes the job may use: minus -x, within -w, matching -C, minus claimed ones."""
+    free = set(view.free) - claimed
+    if "exclude" in sbatch:
+        free -= set(hostlist.expand_hostlist(sbatch["exclude"]))
+    if "nodelist" in sbatch:
+        free &= set(hostlist.expand_hostlist(sbatch["nodelist"]))
+    if "constraint" in sbatch:
+        free = {n for n in free if n in view.nodes
+                and _matches_constraint(view.nodes[n].features, sbatch["constraint"])}
+    return free
+
+
+@contextmanager
+def submit_lock(state_dir: Path) -> Iterator[Any]:
+    """An exclusive lock shared by every arnold-sbatch of this site."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / "submit.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def claimed_nodes(db: StateDB, slurm: Slurm) -> set[str]:
+    """Nodes placed for our jobs that slurmctld has not started yet."""
+    recent = [r for r in db.jobs(limit=500) if r.get("slurm_job_id")
+              and r.get("status") == "submitted" and r.get("created_at", 0) > time.time() - 86400]
+    if not recent:
+        return set()
+    states = {j.job_id: j.state for j in slurm.jobs()}
+    claimed: set[str] = set()
+    for r in recent:
+        if states.get(r["slurm_job_id"]) in ("PENDING", "CONFIGURING"):
+            claimed.update(json.loads(r["placement"])["nodes"])
+    return claimed
+
+
+def plan(request: Request, view: ClusterView, free: set[str]) -> tuple[JobShape, Placement, str]:
+    """The job's shape and placement; raises ``InfeasibleError`` with the user's choices."""
+    ours, sb = request.ours, request.sbatch
+    tp = _int_option(ours.get("tp"), "--tp")
+    pp = _int_option(ours.get("pp"), "--pp")
+    if tp is None or pp is None:
+        raise ArnoldError("give both --tp and --pp (on the command line or #ARNOLD lines)")
+    g = _gpus_per_node(sb) or _common_gpus(view, free)
+    nodes = _nodes_option(sb.get("nodes"))
+    dp = _int_option(ours.get("dp"), "--dp")
+    if dp is not None:
+        job = JobShape(tp, pp, dp, g)
+        if nodes is not None and nodes != job.nodes:
+            raise ArnoldError(f"-N {nodes} but TP x PP x DP = {tp} x {pp} x {dp} = {job.gpus} "
+                              f"GPUs is {job.nodes} nodes of {g} GPUs; drop -N or --dp")
+    elif nodes is not None:
+        if (nodes * g) % (tp * pp):
+            raise ArnoldError(f"DP = N x g / (TP x PP) = {nodes} x {g} / ({tp} x {pp}) is not a "
+                              "whole number; change -N, --tp or --pp")
+        job = JobShape.from_nodes(nodes, tp, pp, g)
+    else:
+        raise ArnoldError("give -N (nodes) or --dp so the job's size is known")
+    alpha_text = ours.get("alpha")
+    align = ours.get("align")
+    if align not in (None, "auto"):
+        raise ArnoldError(f"--align {align}: only --align auto is known")
+    if align == "auto" and alpha_text is None:
+        # Without communication volumes, auto means the paper's finding for dense models:
+        # pipelines first (see docs/placement.md).
+        alpha = 0.25
+    else:
+        try:
+            alpha = check_alpha(float(alpha_text) if alpha_text is not None else 0.5)
+        except ValueError:
+            raise ArnoldError(f"--alpha {alpha_text!r} is not a number") from None
+    algo = ours.get("placement", "mip")
+    if algo not in ALGOS:
+        raise ArnoldError(f"--placement {algo}: use one of {', '.join(ALGOS)}")
+    if len(free) < job.nodes:
+        raise InfeasibleError(
+            f"{job.nodes} nodes needed, {len(free)} free now"
+            f"{' in partition ' + view.partition if view.partition else ''}; not submitting "
+            "blindly: wait for a reservation (arnold reserve) or use --placement=slurm to let "
+            "Slurm choose")
+    return job, place(view.topology, free, job, algo=algo if algo != "slurm" else "mip",
+                      alpha=alpha, time_limit=10.0), algo
+
+
+def _common_gpus(view: ClusterView, free: set[str]) -> int:
+    counts: dict[int, int] = {}
+    for n in free:
+        info = view.nodes.get(n)
+        if info and info.gpus_total:
+            counts[info.gpus_total] = counts.get(info.gpus_total, 0) + 1
+    if not counts:
+        raise ArnoldError("no free node reports GPUs; give --gpus-per-node")
+    return max(counts, key=lambda k: counts[k])
+
+
+def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
+           stdin: IO[str] | None = None, stdout: IO[bytes] | None = None) -> int:
+    """Run arnold-sbatch; returns sbatch's exit code (or raises ``ArnoldError``)."""
+    slurm = slurm or Slurm()
+    out = stdout or sys.stdout.buffer
+    request = read_request(argv, stdin)
+    if not request.ours:
+        return _run_sbatch(argv, request, out, None)
+    order = request.ours.get("rank-order", "tp-dp-pp")
+    if order not in ORDERS:
+        raise ArnoldError(f"--rank-order {order}: use one of {', '.join(ORDERS)}")
+    db = StateDB(config.db_path)
+    with submit_lock(config.state_dir) as lock:
+        view = live_cluster(slurm, minipod_level=config.minipod_level,
+                            partition=request.sbatch.get("partition") or config.partition)
+        free = narrow_free(view, request.sbatch, claimed_nodes(db, slurm))
+        job, placement, algo = plan(request, view, free)
+        if algo == "slurm":
+            args = ["-N", str(job.nodes), "--exclusive"]
+            if view.partition:
+                args += ["-p", view.partition]
+            placement = place_from_node_list("slurm", slurm.test_only(args), view.topology, job,
+                                             placement.alpha)
+        placement_id = secrets.token_hex(8)
+        rankfile, hostfile = write_files(config.state_dir / "rankorder", placement,
+                                         placement_id, order)
+        log.info("placement %s: %s, spreads dp %d pp %d", placement_id, algo,
+                 placement.metrics.max_dp_spread, placement.metrics.max_pp_spread)
+        extra = [f"--nodelist={hostlist.collect_hostlist(placement.nodes())}"]
+        if request.sbatch.get("nodes") is None:
+            extra.append(f"--nodes={job.nodes}")
+        env = {"ARNOLD_RANKFILE": str(rankfile), "SLURM_HOSTFILE": str(hostfile),
+               "ARNOLD_PLACEMENT_ID": placement_id}
+        export = request.parsed.cli.get("export")
+        if export and not export.upper().startswith("ALL"):
+            extra.append("--export=" + ",".join([export, *(f"{k}={v}" for k, v in env.items())]))
+        record = {
+            "user": getpass.getuser(), "status": "submitting", "rankfile": str(rankfile),
+            "spec": json.dumps({"tp": job.tp, "pp": job.pp, "dp": job.dp,
+                                "gpus_per_node": job.gpus_per_node, "alpha": placement.alpha,
+                                "placement": algo, "rank_order": order, "argv": argv}),
+            "placement": json.dumps(placement.as_json() | {
+                "nodes": placement.nodes(), "placement_id": placement_id,
+                "hostfile": str(hostfile), "gap": placement.gap}),
+        }
+        record_id = db.record_job(record)
+        sbatch_argv = [*request.parsed.sbatch_args, *extra]
+        if request.parsed.script is not None:
+            sbatch_argv += [request.parsed.script, *request.parsed.script_args]
+        return _run_sbatch(sbatch_argv, request, out, (db, record_id, lock), env)
+
+
+def _run_sbatch(argv: list[str], request: Request, out: IO[bytes],
+                record: tuple[StateDB, int, Any] | None,
+                extra_env: Mapping[str, str] | None = None) -> int:
+    """Run sbatch with our stdout relayed byte for byte; record the job id as soon as sbatch
+    prints it, then release the lock (so ``--wait`` never holds it)."""
+    env = dict(os.environ) | dict(extra_env or {})
+    log.debug("running: sbatch %s", " ".join(argv))
+    try:
+        proc = subprocess.Popen(["sbatch", *argv], stdin=subprocess.PIPE if request.stdin_script
+                                else None, stdout=subprocess.PIPE, env=env)
+    except FileNotFoundError:
+        raise ArnoldError("`sbatch` not found; install Slurm's client commands "
+                          "(Debian: slurm-client) or put them on PATH") from None
+    if request.stdin_script:
+        assert proc.stdin is not None
+        proc.stdin.write((request.script_text or "").encode())
+        proc.stdin.close()
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    out.write(first)
+    out.flush()
+    if record is not None:
+        db, record_id, lock = record
+        match = re.search(rb"(\d+)", first)
+        with db.transaction():
+            db.db.table("jobs").update(record_id, {
+                "slurm_job_id": int(match.group(1)) if match else None,
+                "status": "submitted" if match else "sbatch-failed"})
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    stream = proc.stdout
+    while chunk := os.read(stream.fileno(), 65536):
+        out.write(chunk)
+        out.flush()
+    return proc.wait()

@@ -1,0 +1,186 @@
+"""sbatch's command line, ``SBATCH_*`` variables and ``#SBATCH``/``#ARNOLD`` lines.
+
+We split arnold-sbatch's arguments into our own options and everything else, which goes to
+sbatch untouched and in order. To know where sbatch's options end and the script begins we
+must know which of sbatch's options take a value (measured on Slurm 22.05: ``--export ALL``
+takes ``ALL``, while ``--nice``, ``--exclusive``, ``--propagate`` and ``--get-user-env`` take
+one only as ``--opt=value``). Long options may be abbreviated to a unique prefix, as getopt
+allows. Effective values follow sbatch's precedence: command line > ``SBATCH_*`` environment >
+``#SBATCH`` lines.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from slurm_arnold.errors import ArnoldError
+
+# Short options of sbatch that take a value, and their long names.
+SHORT_WITH_VALUE = {
+    "a": "array", "A": "account", "b": "begin", "B": "extra-node-info", "c": "cpus-per-task",
+    "C": "constraint", "d": "dependency", "D": "chdir", "e": "error", "F": "nodefile",
+    "G": "gpus", "i": "input", "J": "job-name", "L": "licenses", "M": "clusters",
+    "m": "distribution", "n": "ntasks", "N": "nodes", "o": "output", "p": "partition",
+    "q": "qos", "S": "core-spec", "t": "time", "w": "nodelist", "x": "exclude",
+}
+SHORT_FLAGS = {"h": "help", "H": "hold", "k": "no-kill", "O": "overcommit", "Q": "quiet",
+               "s": "oversubscribe", "v": "verbose", "V": "version", "W": "wait"}
+LONG_WITH_VALUE = {
+    *SHORT_WITH_VALUE.values(), "acctg-freq", "batch", "bb", "bbf", "cluster-constraint",
+    "comment", "container", "cores-per-socket", "cpu-freq", "cpus-per-gpu", "deadline",
+    "delay-boot", "export", "export-file", "gid", "gpu-bind", "gpu-freq", "gpus-per-node",
+    "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "hint", "kill-on-invalid-dep",
+    "mail-type", "mail-user", "mcs-label", "mem", "mem-bind", "mem-per-cpu", "mem-per-gpu",
+    "mincpus", "network", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node",
+    "ntasks-per-socket", "open-mode", "power", "prefer", "priority", "profile", "reservation",
+    "signal", "sockets-per-node", "switches", "thread-spec", "threads-per-core", "time-min",
+    "tmp", "uid", "wckey", "wrap",
+}
+LONG_FLAGS = {
+    *SHORT_FLAGS.values(), "contiguous", "exclusive", "get-user-env", "ignore-pbs", "nice",
+    "no-requeue", "parsable", "propagate", "reboot", "requeue", "spread-job", "test-only",
+    "usage", "use-min-nodes",
+}
+# Our options: value-taking, as --name VALUE or --name=VALUE.
+OURS = ("tp", "pp", "dp", "alpha", "align", "placement", "rank-order")
+
+# The SBATCH_* variables sbatch reads for the options we look at.
+ENV_VARS = {"partition": "SBATCH_PARTITION", "gpus-per-node": "SBATCH_GPUS_PER_NODE",
+            "constraint": "SBATCH_CONSTRAINT", "export": "SBATCH_EXPORT",
+            "reservation": "SBATCH_RESERVATION", "gres": "SBATCH_GRES",
+            "exclusive": "SBATCH_EXCLUSIVE", "wait": "SBATCH_WAIT"}
+
+
+@dataclass
+class Parsed:
+    """arnold-sbatch's arguments, split."""
+
+    ours: dict[str, str] = field(default_factory=dict)
+    sbatch_args: list[str] = field(default_factory=list)  # options for sbatch, in order
+    script: str | None = None
+    script_args: list[str] = field(default_factory=list)
+    cli: dict[str, str] = field(default_factory=dict)  # sbatch options given on the command line
+
+
+def _resolve_long(name: str) -> str:
+    """A long option name, with unique-prefix abbreviations expanded as getopt does."""
+    known = LONG_WITH_VALUE | LONG_FLAGS | set(OURS)
+    if name in known:
+        return name
+    matches = sorted(k for k in known if k.startswith(name))
+    if len(matches) > 1:
+        raise ArnoldError(f"option --{name} is ambiguous (--{', --'.join(matches)}); "
+                          "spell it out")
+    return matches[0] if matches else name
+
+
+def split_args(argv: Sequence[str]) -> Parsed:
+    """Split the command line: our options out; sbatch's options, script and its arguments."""
+    out = Parsed()
+    i = 0
+    args = list(argv)
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            out.sbatch_args.append(arg)
+            i += 1
+            break
+        if arg.startswith("--") and len(arg) > 2:
+            name, eq, value = arg[2:].partition("=")
+            full = _resolve_long(name)
+            if full in OURS:
+                if not eq:
+                    if i + 1 >= len(args):
+                        raise ArnoldError(f"--{full} needs a value")
+                    value = args[i + 1]
+                    i += 1
+                out.ours[full] = value
+                i += 1
+                continue
+            out.sbatch_args.append(arg)
+            if full in LONG_WITH_VALUE and not eq and i + 1 < len(args):
+                value = args[i + 1]
+                out.sbatch_args.append(value)
+                i += 1
+            out.cli[full] = value if (eq or full in LONG_WITH_VALUE) else "1"
+            i += 1
+            continue
+        if arg.startswith("-") and len(arg) > 1:
+            out.sbatch_args.append(arg)
+            # clustered short options: -vvN4 or -N 4
+            j = 1
+            while j < len(arg):
+                ch = arg[j]
+                if ch in SHORT_WITH_VALUE:
+                    value = arg[j + 1:]
+                    if not value and i + 1 < len(args):
+                        value = args[i + 1]
+                        out.sbatch_args.append(value)
+                        i += 1
+                    out.cli[SHORT_WITH_VALUE[ch]] = value
+                    break
+                out.cli[SHORT_FLAGS.get(ch, ch)] = "1"
+                j += 1
+            i += 1
+            continue
+        break
+    if i < len(args):
+        out.script = args[i]
+        out.script_args = args[i + 1:]
+    return out
+
+
+def directive_lines(script: str, prefix: str) -> list[list[str]]:
+    """Tokens of each leading ``#SBATCH`` (or ``#ARNOLD``) line, read as sbatch does: only
+    the comment block before the first command counts; shell-like quoting; ``#`` after
+    whitespace starts a comment."""
+    out = []
+    for number, line in enumerate(script.splitlines(), start=1):
+        stripped = line.strip()
+        if number == 1 and stripped.startswith("#!"):
+            continue
+        if not stripped:
+            continue
+        if not stripped.startswith("#"):
+            break
+        if stripped.startswith(prefix) and (len(stripped) == len(prefix)
+                                            or stripped[len(prefix)].isspace()):
+            try:
+                out.append(shlex.split(stripped[len(prefix):], comments=True))
+            except ValueError as exc:
+                raise ArnoldError(f"script line {number}: {prefix} line: {exc}") from None
+    return out
+
+
+def effective(parsed: Parsed, script_text: str | None,
+              env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """sbatch's effective options: command line > SBATCH_* environment > #SBATCH lines."""
+    env = os.environ if env is None else env
+    values: dict[str, str] = {}
+    if script_text is not None:
+        for tokens in directive_lines(script_text, "#SBATCH"):
+            values.update(split_args(tokens).cli)
+    for name, var in ENV_VARS.items():
+        if var in env:
+            values[name] = env[var]
+    values.update(parsed.cli)
+    return values
+
+
+def arnold_options(parsed: Parsed, script_text: str | None) -> dict[str, str]:
+    """Our options: command line over ``#ARNOLD`` lines."""
+    ours: dict[str, str] = {}
+    if script_text is not None:
+        for tokens in directive_lines(script_text, "#ARNOLD"):
+            got = split_args(tokens)
+            unknown = [a for a in got.sbatch_args if a.startswith("-")]
+            if unknown or got.script:
+                bad = unknown[0] if unknown else got.script
+                raise ArnoldError(f"#ARNOLD line: unknown option {bad}; "
+                                  f"use --{', --'.join(OURS)}")
+            ours.update(got.ours)
+    ours.update(parsed.ours)
+    return ours

@@ -1,0 +1,185 @@
+/*
+ * SPANK plugin: `--arnold-rankfile=PATH|auto` gives every task its rank from the
+ * arnold-rankorder v1 file that arnold-sbatch wrote for the job (docs/rankorder.md).
+ *
+ * In slurm_spank_task_init (remote context, which runs as the job's user just before exec)
+ * it looks up the task's (node name, local task id) and exports RANK, LOCAL_RANK, WORLD_SIZE,
+ * MASTER_ADDR, MASTER_PORT, ARNOLD_TP_RANK, ARNOLD_PP_RANK, ARNOLD_DP_RANK and
+ * ARNOLD_PLACEMENT_ID. A malformed or unreadable file fails the task with
+ * "arnold: <file>: line N: <problem>". The file is opened with the user's own rights, so the
+ * plugin never reads anything the user could not.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <slurm/spank.h>
+
+#include "rankorder.h"
+
+SPANK_PLUGIN(arnold_rankfile, 1);
+
+#define PATH_MAX_LEN 4096
+
+static char rankfile[PATH_MAX_LEN + 1];
+static int rankfile_set;
+
+static int option_cb(int val, const char *optarg, int remote)
+{
+	(void)val;
+	(void)remote;
+	if (!optarg || !*optarg || strlen(optarg) > PATH_MAX_LEN) {
+		slurm_error("arnold: --arnold-rankfile: expected a path or \"auto\"");
+		return -1;
+	}
+	if (rankfile_set && strcmp(rankfile, optarg) != 0) {
+		slurm_error("arnold: --arnold-rankfile given twice with different values");
+		return -1;
+	}
+	memcpy(rankfile, optarg, strlen(optarg) + 1);
+	rankfile_set = 1;
+	return 0;
+}
+
+static struct spank_option rankfile_option = {
+	"arnold-rankfile", "PATH|auto",
+	"Set RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT and ARNOLD_*_RANK from an "
+	"arnold-rankorder v1 file (auto: $ARNOLD_RANKFILE)",
+	1, 0, option_cb
+};
+
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+	if (ac > 0) {
+		slurm_error("arnold: unknown plugin argument \"%.64s\" in plugstack.conf", av[0]);
+		return -1;
+	}
+	if (spank_option_register(sp, &rankfile_option) != ESPANK_SUCCESS) {
+		slurm_error("arnold: cannot register --arnold-rankfile");
+		return -1;
+	}
+	return 0;
+}
+
+static char *read_file(const char *path, size_t *len, char *why, size_t whylen)
+{
+	struct stat st;
+	char *buf;
+	size_t got = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+
+	if (fd < 0) {
+		snprintf(why, whylen, "cannot open: %s", strerror(errno));
+		return NULL;
+	}
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		snprintf(why, whylen, "not a regular file");
+		close(fd);
+		return NULL;
+	}
+	if ((size_t)st.st_size > ARNOLD_MAX_FILE) {
+		snprintf(why, whylen, "larger than %zu bytes", (size_t)ARNOLD_MAX_FILE);
+		close(fd);
+		return NULL;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		snprintf(why, whylen, "out of memory");
+		close(fd);
+		return NULL;
+	}
+	while (got < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(fd);
+	if (got != (size_t)st.st_size) {
+		snprintf(why, whylen, "short read");
+		free(buf);
+		return NULL;
+	}
+	*len = got;
+	return buf;
+}
+
+static int set(spank_t sp, const char *name, const char *value)
+{
+	if (spank_setenv(sp, name, value, 1) != ESPANK_SUCCESS) {
+		slurm_error("arnold: cannot set %s", name);
+		return -1;
+	}
+	return 0;
+}
+
+static int set_u32(spank_t sp, const char *name, uint32_t value)
+{
+	char text[16];
+
+	snprintf(text, sizeof(text), "%u", value);
+	return set(sp, name, text);
+}
+
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+	char path[PATH_MAX_LEN + 1];
+	char node[ARNOLD_MAX_NAME + 2];
+	char why[200];
+	struct arnold_header hdr;
+	struct arnold_entry e;
+	struct arnold_error err;
+	size_t len = 0;
+	char *buf;
+	int task_id = -1, rc;
+
+	(void)ac;
+	(void)av;
+	if (!rankfile_set || !spank_remote(sp))
+		return 0;
+	if (strcmp(rankfile, "auto") == 0) {
+		if (spank_getenv(sp, "ARNOLD_RANKFILE", path, sizeof(path)) != ESPANK_SUCCESS ||
+		    !*path) {
+			slurm_error("arnold: --arnold-rankfile=auto but ARNOLD_RANKFILE is not set "
+				    "in the job's environment");
+			return -1;
+		}
+	} else {
+		memcpy(path, rankfile, strlen(rankfile) + 1);
+	}
+	if (spank_getenv(sp, "SLURMD_NODENAME", node, sizeof(node)) != ESPANK_SUCCESS) {
+		slurm_error("arnold: %s: cannot tell this node's name (SLURMD_NODENAME)", path);
+		return -1;
+	}
+	if (spank_get_item(sp, S_TASK_ID, &task_id) != ESPANK_SUCCESS || task_id < 0) {
+		slurm_error("arnold: %s: cannot tell the local task id", path);
+		return -1;
+	}
+	buf = read_file(path, &len, why, sizeof(why));
+	if (!buf) {
+		slurm_error("arnold: %s: %s", path, why);
+		return -1;
+	}
+	rc = arnold_rankorder_lookup(buf, len, node, (uint32_t)task_id, &hdr, &e, &err);
+	free(buf);
+	if (rc != 0) {
+		if (err.line)
+			slurm_error("arnold: %s: line %lu: %s", path, err.line, err.message);
+		else
+			slurm_error("arnold: %s: %s", path, err.message);
+		return -1;
+	}
+	if (set_u32(sp, "RANK", e.rank) || set_u32(sp, "LOCAL_RANK", e.local_rank) ||
+	    set_u32(sp, "WORLD_SIZE", hdr.world_size) || set(sp, "MASTER_ADDR", hdr.master_addr) ||
+	    set_u32(sp, "MASTER_PORT", hdr.master_port) || set_u32(sp, "ARNOLD_TP_RANK", e.tp) ||
+	    set_u32(sp, "ARNOLD_PP_RANK", e.pp) || set_u32(sp, "ARNOLD_DP_RANK", e.dp) ||
+	    set(sp, "ARNOLD_PLACEMENT_ID", hdr.placement_id))
+		return -1;
+	return 0;
+}

@@ -1,0 +1,230 @@
+/* arnold-rankorder v1 parser: see rankorder.h and docs/rankorder.md. */
+#include "rankorder.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(struct arnold_error *err, unsigned long line, const char *fmt, ...)
+{
+	va_list ap;
+
+	err->line = line;
+	va_start(ap, fmt);
+	vsnprintf(err->message, sizeof(err->message), fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static int valid_name(const char *s, size_t n)
+{
+	size_t i;
+
+	if (n == 0 || n > ARNOLD_MAX_NAME)
+		return 0;
+	for (i = 0; i < n; i++) {
+		char c = s[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.'))
+			return 0;
+	}
+	return 1;
+}
+
+/* Split a line into at most `max` space-separated tokens; returns the count or -1 if more. */
+static int split(char *line, char **tok, int max)
+{
+	int n = 0;
+	char *p = line;
+
+	while (*p) {
+		while (*p == ' ')
+			*p++ = '\0';
+		if (!*p)
+			break;
+		if (n == max)
+			return -1;
+		tok[n++] = p;
+		while (*p && *p != ' ')
+			p++;
+	}
+	return n;
+}
+
+static int parse_u32(const char *s, uint32_t max, uint32_t *out)
+{
+	char *end;
+	unsigned long v;
+
+	if (!*s || strlen(s) > 10)
+		return -1;
+	for (const char *q = s; *q; q++)
+		if (*q < '0' || *q > '9')
+			return -1;
+	if (s[0] == '0' && s[1])
+		return -1; /* no leading zeros: one spelling per number */
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || v > max)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+enum { H_WORLD, H_ADDR, H_PORT, H_ID, H_TP, H_PP, H_DP, H_ORDER, H_COUNT };
+static const char *const header_keys[H_COUNT] = {
+	"world_size", "master_addr", "master_port", "placement_id", "tp", "pp", "dp", "order"
+};
+
+int arnold_rankorder_lookup(const char *buf, size_t len, const char *node,
+			    uint32_t local_rank, struct arnold_header *hdr,
+			    struct arnold_entry *out, struct arnold_error *err)
+{
+	char line[ARNOLD_MAX_LINE + 1];
+	char *tok[8];
+	int seen[H_COUNT] = {0};
+	int in_ranks = 0, found = 0;
+	unsigned long lineno = 0;
+	uint32_t next_rank = 0;
+	size_t pos = 0;
+
+	memset(hdr, 0, sizeof(*hdr));
+	memset(out, 0, sizeof(*out));
+	err->line = 0;
+	err->message[0] = '\0';
+	if (len > ARNOLD_MAX_FILE)
+		return fail(err, 0, "file larger than %zu bytes", (size_t)ARNOLD_MAX_FILE);
+	if (!node || !valid_name(node, strlen(node)))
+		return fail(err, 0, "this node's name is not a valid node name");
+
+	while (pos < len) {
+		size_t n = 0;
+		int ntok;
+
+		lineno++;
+		while (pos + n < len && buf[pos + n] != '\n') {
+			if (n == ARNOLD_MAX_LINE)
+				return fail(err, lineno, "line longer than %d bytes",
+					    ARNOLD_MAX_LINE);
+			n++;
+		}
+		if (pos + n == len)
+			return fail(err, lineno, "last line does not end with a newline");
+		if (memchr(buf + pos, '\0', n) || memchr(buf + pos, '\r', n) ||
+		    memchr(buf + pos, '\t', n))
+			return fail(err, lineno, "control character in line");
+		memcpy(line, buf + pos, n);
+		line[n] = '\0';
+		pos += n + 1;
+
+		if (lineno == 1) {
+			if (strcmp(line, "arnold-rankorder v1") != 0)
+				return fail(err, 1, "expected \"arnold-rankorder v1\"");
+			continue;
+		}
+		if (line[0] == '#')
+			continue;
+		ntok = split(line, tok, 6);
+		if (ntok < 0)
+			return fail(err, lineno, "too many fields");
+		if (ntok == 0)
+			return fail(err, lineno, "empty line");
+
+		if (!in_ranks) {
+			int k;
+
+			if (ntok == 1 && strcmp(tok[0], "ranks") == 0) {
+				for (k = 0; k < H_COUNT; k++)
+					if (!seen[k])
+						return fail(err, lineno, "header %s missing before ranks",
+							    header_keys[k]);
+				if ((uint64_t)hdr->tp * hdr->pp * hdr->dp != hdr->world_size)
+					return fail(err, lineno, "world_size is not tp x pp x dp");
+				in_ranks = 1;
+				continue;
+			}
+			if (ntok != 2)
+				return fail(err, lineno, "expected \"key value\"");
+			for (k = 0; k < H_COUNT; k++)
+				if (strcmp(tok[0], header_keys[k]) == 0)
+					break;
+			if (k == H_COUNT)
+				return fail(err, lineno, "unknown header %.40s", tok[0]);
+			if (seen[k])
+				return fail(err, lineno, "header %s given twice", header_keys[k]);
+			seen[k] = 1;
+			switch (k) {
+			case H_WORLD:
+				if (parse_u32(tok[1], ARNOLD_MAX_RANKS, &hdr->world_size) ||
+				    hdr->world_size == 0)
+					return fail(err, lineno, "bad world_size");
+				break;
+			case H_PORT:
+				if (parse_u32(tok[1], 65535, &hdr->master_port) ||
+				    hdr->master_port == 0)
+					return fail(err, lineno, "bad master_port");
+				break;
+			case H_TP:
+			case H_PP:
+			case H_DP: {
+				uint32_t *dst = k == H_TP ? &hdr->tp : k == H_PP ? &hdr->pp : &hdr->dp;
+				if (parse_u32(tok[1], ARNOLD_MAX_GROUP, dst) || *dst == 0)
+					return fail(err, lineno, "bad %s", header_keys[k]);
+				break;
+			}
+			default: {
+				char *dst = k == H_ADDR ? hdr->master_addr :
+					    k == H_ID ? hdr->placement_id : hdr->order;
+				if (!valid_name(tok[1], strlen(tok[1])))
+					return fail(err, lineno, "bad %s", header_keys[k]);
+				memcpy(dst, tok[1], strlen(tok[1]) + 1);
+			}
+			}
+			continue;
+		}
+
+		/* rank node local_rank tp pp dp */
+		{
+			struct arnold_entry e;
+
+			if (ntok != 6)
+				return fail(err, lineno, "expected \"rank node local_rank tp pp dp\"");
+			if (next_rank >= hdr->world_size)
+				return fail(err, lineno, "more ranks than world_size %u",
+					    hdr->world_size);
+			if (parse_u32(tok[0], ARNOLD_MAX_RANKS, &e.rank) || e.rank != next_rank)
+				return fail(err, lineno, "expected rank %u", next_rank);
+			if (!valid_name(tok[1], strlen(tok[1])))
+				return fail(err, lineno, "bad node name");
+			if (parse_u32(tok[2], ARNOLD_MAX_RANKS, &e.local_rank))
+				return fail(err, lineno, "bad local_rank");
+			if (parse_u32(tok[3], hdr->tp - 1, &e.tp))
+				return fail(err, lineno, "tp rank outside 0..%u", hdr->tp - 1);
+			if (parse_u32(tok[4], hdr->pp - 1, &e.pp))
+				return fail(err, lineno, "pp rank outside 0..%u", hdr->pp - 1);
+			if (parse_u32(tok[5], hdr->dp - 1, &e.dp))
+				return fail(err, lineno, "dp rank outside 0..%u", hdr->dp - 1);
+			next_rank++;
+			if (e.local_rank == local_rank && strcmp(tok[1], node) == 0) {
+				if (found)
+					return fail(err, lineno,
+						    "node %s local rank %u listed twice", node,
+						    local_rank);
+				*out = e;
+				found = 1;
+			}
+		}
+	}
+	if (lineno == 0)
+		return fail(err, 0, "empty file");
+	if (!in_ranks)
+		return fail(err, lineno, "no \"ranks\" line");
+	if (next_rank != hdr->world_size)
+		return fail(err, lineno, "%u ranks listed, world_size is %u", next_rank,
+			    hdr->world_size);
+	if (!found)
+		return fail(err, 0, "no rank for node %s local rank %u", node, local_rank);
+	return 0;
+}
