@@ -300,3 +300,39 @@ def bench_placement(quick: bool, seed: int, docs: str, as_json: bool) -> None:
     for scale, v in s["per_scale"].items():
         click.echo(f"  {scale}: p95 {v['solve_p95_s']} s, gap max {v['gap_max']}, "
                    f"gap<=1% {v['proven_or_gap_1pct']}/{v['cases']}, time {v['time_share']}")
+
+
+@main.command("jobs")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
+              help="How many of the most recent jobs.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON list.")
+def jobs_cmd(limit: int, as_json: bool) -> None:
+    """Jobs submitted through arnold-sbatch: shape, placement, spreads, rank-order file."""
+    from slurm_arnold.state import StateDB
+
+    config = load_config()
+    rows = []
+    for r in StateDB(config.db_path).jobs(limit=limit):
+        spec = json.loads(r["spec"] or "{}")
+        placement = json.loads(r["placement"] or "{}")
+        rows.append({
+            "id": r["id"], "slurm_job_id": r["slurm_job_id"], "user": r["user"],
+            "status": r["status"], "tp": spec.get("tp"), "pp": spec.get("pp"),
+            "dp": spec.get("dp"), "placement": spec.get("placement"),
+            "alpha": spec.get("alpha"), "metrics": placement.get("metrics"),
+            "nodes": placement.get("nodes", []), "rankfile": r["rankfile"],
+        })
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    table = Table(title=f"arnold jobs ({config.db_path})")
+    for col in ("job", "user", "status", "TPxPPxDP", "placement", "DP/PP spread", "nodes",
+                "rank-order file"):
+        table.add_column(col)
+    for row in rows:
+        m = row["metrics"] or {}
+        table.add_row(str(row["slurm_job_id"]), row["user"], row["status"],
+                      f"{row['tp']}x{row['pp']}x{row['dp']}", str(row["placement"]),
+                      f"{m.get('max_dp_spread')}/{m.get('max_pp_spread')}",
+                      hostlist.collect_hostlist(row["nodes"]), row["rankfile"] or "")
+    Console(soft_wrap=True).print(table)

@@ -45,3 +45,29 @@ def isolated_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
             monkeypatch.delenv(name)
     monkeypatch.setenv("ARNOLD_CONFIG", str(tmp_path / "user.toml"))
     yield tmp_path
+
+
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+            "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+
+
+def wait_for_job(slurm: Slurm, job_id: int, timeout: float = 120.0) -> str:
+    """Wait until slurmctld reports the job finished; return its final state."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = {j.job_id: j.state for j in slurm.jobs()}.get(job_id)
+        if state in TERMINAL:
+            return state
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} did not finish within {timeout} s")
+
+
+@pytest.fixture(scope="session")
+def rankorder_check() -> Path:
+    """The C parser's check tool (built by `make -C spank`, as `make cluster` does)."""
+    proc = subprocess.run(["make", "-s", "-C", str(REPO / "spank")], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+    return REPO / "spank" / "rankorder-check"

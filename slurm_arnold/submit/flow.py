@@ -134,8 +134,14 @@ def submit_lock(state_dir: Path) -> Iterator[Any]:
         os.close(fd)
 
 
+FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+            "BOOT_FAIL", "DEADLINE", "PREEMPTED", "SPECIAL_EXIT"}
+
+
 def claimed_nodes(db: StateDB, slurm: Slurm) -> set[str]:
-    """Nodes placed for our jobs that slurmctld has not started yet."""
+    """Nodes placed for our jobs that have not finished. A job that slurmctld has not
+    scheduled yet still leaves its nodes IDLE; and one that starts between our reading of the
+    nodes and of the queue must count too, so every unfinished job's nodes are claimed."""
     recent = [r for r in db.jobs(limit=500) if r.get("slurm_job_id")
               and r.get("status") == "submitted" and r.get("created_at", 0) > time.time() - 86400]
     if not recent:
@@ -143,7 +149,8 @@ def claimed_nodes(db: StateDB, slurm: Slurm) -> set[str]:
     states = {j.job_id: j.state for j in slurm.jobs()}
     claimed: set[str] = set()
     for r in recent:
-        if states.get(r["slurm_job_id"]) in ("PENDING", "CONFIGURING"):
+        state = states.get(r["slurm_job_id"])
+        if state is not None and state not in FINISHED:
             claimed.update(json.loads(r["placement"])["nodes"])
     return claimed
 

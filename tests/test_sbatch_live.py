@@ -1,0 +1,168 @@
+"""arnold-sbatch end to end on the live cluster, with the SPANK plugin giving ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from slurm_arnold.rankorder import parse
+from slurm_arnold.slurm import Slurm
+from tests.conftest import wait_for_job
+
+pytestmark = pytest.mark.live
+BIN = Path(sys.executable).parent
+REPORT = ('echo "$SLURMD_NODENAME $SLURM_PROCID $SLURM_LOCALID $RANK $LOCAL_RANK $WORLD_SIZE '
+          '$MASTER_ADDR $MASTER_PORT $ARNOLD_TP_RANK $ARNOLD_PP_RANK $ARNOLD_DP_RANK '
+          '$ARNOLD_PLACEMENT_ID"')
+
+
+def arnold_sbatch(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "arnold-sbatch"), *args], capture_output=True, text=True,
+                          input=stdin, env=dict(os.environ))
+
+
+def jobs_json() -> list[dict[str, object]]:
+    out = subprocess.run([str(BIN / "arnold"), "jobs", "--json", "--limit", "200"],
+                         capture_output=True, text=True, check=True)
+    return list(json.loads(out.stdout))
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "job.sh"
+    path.write_text(f"""#!/bin/bash
+#SBATCH -N 16 --ntasks-per-node=8 --gpus-per-node=8 --exclusive -t 5
+#SBATCH -o {tmp_path}/out-%j.txt
+#ARNOLD --tp 8 --pp 4 --alpha 0.25
+srun --arnold-rankfile=auto bash -c '{REPORT}'
+""")
+    yield path
+
+
+def _minipods(conf_dir: Path) -> dict[str, str]:
+    from slurm_arnold.topology import read_topology_file
+
+    topo = read_topology_file(str(conf_dir / "topology.conf"))
+    return {n: topo.minipod_of(n) for n in topo.nodes}
+
+
+def _check_ranks(out: Path, record: dict[str, object], pods: dict[str, str]) -> None:
+    lines = [ln.split() for ln in out.read_text().splitlines() if ln.strip()]
+    assert len(lines) == 128
+    ranks = sorted(int(f[3]) for f in lines)
+    assert ranks == list(range(128))
+    placement_nodes: set[str] = set(record["nodes"])  # type: ignore[arg-type]
+    header, entries = parse(Path(str(record["rankfile"])).read_text())
+    planned = {(e.node, e.local_rank): e for e in entries}
+    dp_groups: dict[int, set[str]] = {}
+    pp_groups: dict[int, set[str]] = {}
+    for node, procid, localid, rank, local, world, maddr, mport, tp, pp, dp, pid in lines:
+        assert int(rank) == int(tp) + 8 * (int(dp) + 4 * int(pp))
+        assert int(world) == 128 and local == localid
+        assert int(procid) == int(rank)  # SLURM_HOSTFILE puts plain srun in the same order
+        assert (maddr, mport, pid) == (header["master_addr"], header["master_port"],
+                                       header["placement_id"])
+        e = planned[(node, int(local))]
+        assert (e.rank, e.tp, e.pp, e.dp) == (int(rank), int(tp), int(pp), int(dp))
+        dp_groups.setdefault(int(pp), set()).add(node)
+        pp_groups.setdefault(int(dp), set()).add(node)
+    assert set().union(*dp_groups.values()) == placement_nodes
+    metrics = record["metrics"]
+    assert isinstance(metrics, dict)
+    assert max(len({pods[n] for n in g}) for g in dp_groups.values()) == metrics["max_dp_spread"]
+    assert max(len({pods[n] for n in g}) for g in pp_groups.values()) == metrics["max_pp_spread"]
+
+
+def test_every_task_gets_its_planned_rank(slurm: Slurm, script: Path,
+                                          slurm_conf_dir: Path) -> None:
+    proc = arnold_sbatch("--parsable", str(script))
+    assert proc.returncode == 0, proc.stderr
+    assert re.fullmatch(r"\d+\n", proc.stdout)
+    job_id = int(proc.stdout)
+    assert wait_for_job(slurm, job_id) == "COMPLETED"
+    record = next(r for r in jobs_json() if r["slurm_job_id"] == job_id)
+    assert record["placement"] == "mip"
+    allocated = {j.job_id: j for j in slurm.jobs()}[job_id].nodes
+    assert set(allocated) == set(record["nodes"])  # type: ignore[arg-type]
+    _check_ranks(script.parent / f"out-{job_id}.txt", record, _minipods(slurm_conf_dir))
+
+
+def test_placement_slurm_runs_and_is_recorded(slurm: Slurm, script: Path,
+                                              slurm_conf_dir: Path) -> None:
+    proc = arnold_sbatch("--parsable", "--placement=slurm", str(script))
+    assert proc.returncode == 0, proc.stderr
+    job_id = int(proc.stdout)
+    assert wait_for_job(slurm, job_id) == "COMPLETED"
+    record = next(r for r in jobs_json() if r["slurm_job_id"] == job_id)
+    assert record["placement"] == "slurm"
+    assert record["metrics"]["max_dp_spread"] >= 1  # type: ignore[index]
+    _check_ranks(script.parent / f"out-{job_id}.txt", record, _minipods(slurm_conf_dir))
+
+
+def test_plain_job_is_handed_to_sbatch_unchanged(slurm: Slurm, tmp_path: Path) -> None:
+    ours = arnold_sbatch("-o", "/dev/null", "--wrap", "true")
+    theirs = subprocess.run(["sbatch", "-o", "/dev/null", "--wrap", "true"], capture_output=True,
+                            text=True)
+    assert ours.returncode == theirs.returncode == 0
+    assert re.sub(r"\d+", "N", ours.stdout) == re.sub(r"\d+", "N", theirs.stdout)
+    assert ours.stdout.startswith("Submitted batch job ")
+    bad_ours = arnold_sbatch("--no-such-option", "--wrap", "true")
+    bad_theirs = subprocess.run(["sbatch", "--no-such-option", "--wrap", "true"],
+                                capture_output=True, text=True)
+    assert bad_ours.returncode == bad_theirs.returncode != 0
+    assert bad_ours.stdout == bad_theirs.stdout == ""
+    # a script on stdin works too
+    piped = arnold_sbatch("--parsable", "-o", "/dev/null", stdin="#!/bin/sh\ntrue\n")
+    assert piped.returncode == 0 and re.fullmatch(r"\d+\n", piped.stdout)
+
+
+def test_not_free_now_is_refused_in_one_line(slurm: Slurm) -> None:
+    before = len(slurm.jobs())
+    proc = arnold_sbatch("--tp", "8", "--pp", "4", "-N", "96", "--wrap", "true")
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert proc.stderr.count("\n") == 1
+    assert "96 nodes needed" in proc.stderr and "--placement=slurm" in proc.stderr
+    assert len(slurm.jobs()) == before
+
+
+def test_concurrent_submissions_never_share_nodes(slurm: Slurm, tmp_path: Path) -> None:
+    def one(_: int) -> subprocess.CompletedProcess[str]:
+        return arnold_sbatch("--parsable", "--tp", "8", "--pp", "2", "-N", "8", "--exclusive",
+                             "-t", "2", "-o", "/dev/null", "--wrap", "sleep 20")
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(one, range(4)))
+    ids = []
+    for r in results:
+        assert r.returncode == 0, r.stderr
+        ids.append(int(r.stdout))
+    records = {r["slurm_job_id"]: r for r in jobs_json()}
+    seen: set[str] = set()
+    for job_id in ids:
+        nodes = set(records[job_id]["nodes"])  # type: ignore[arg-type]
+        assert not nodes & seen
+        seen |= nodes
+    for job_id in ids:
+        slurm.cancel(job_id)
+
+
+def test_malformed_rank_file_fails_the_task(slurm: Slurm, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.rankorder"
+    bad.write_text("arnold-rankorder v1\nworld_size two\n")
+    bad.chmod(0o644)
+    err = tmp_path / "err.txt"
+    proc = subprocess.run(["sbatch", "--parsable", "-N", "1", "-e", str(err), "-o", "/dev/null",
+                           "--wrap", f"srun --arnold-rankfile={bad} true"], capture_output=True,
+                          text=True)
+    job_id = int(proc.stdout)
+    assert wait_for_job(slurm, job_id) == "FAILED"
+    assert f"arnold: {bad}: line 2: bad world_size" in err.read_text()
