@@ -74,9 +74,9 @@ def _mutations(lines: list[str]) -> list[tuple[str, str, str]]:
     first_rank = lines.index("ranks") + 1
     bad_rank = lines.copy()
     bad_rank[first_rank] = bad_rank[first_rank].replace("0 ", "7 ", 1)
-    too_many = lines + [lines[-1]]
+    too_many = [*lines, lines[-1]]
     missing = [ln for ln in lines if not ln.startswith("master_port")]
-    twice = lines[:2] + [lines[1]] + lines[2:]
+    twice = [*lines[:2], lines[1], *lines[2:]]
     tp_range = lines.copy()
     f = tp_range[first_rank].split()
     f[3] = "99"
@@ -110,7 +110,7 @@ def _mutations(lines: list[str]) -> list[tuple[str, str, str]]:
 def test_c_parser_rejects_malformed_files(rankorder_check: Path, tmp_path: Path,
                                           good_file: tuple[Path, list[str]]) -> None:
     _, lines = good_file
-    header, entries = parse("\n".join(lines) + "\n")
+    _header, entries = parse("\n".join(lines) + "\n")
     node, local = entries[0].node, entries[0].local_rank
     for name, text, needle in _mutations(lines):
         path = tmp_path / f"{name}.rankorder"
