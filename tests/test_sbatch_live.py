@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ def arnold_sbatch(*args: str, stdin: str | None = None) -> subprocess.CompletedP
                           input=stdin, env=dict(os.environ))
 
 
-def jobs_json() -> list[dict[str, object]]:
+def jobs_json() -> list[dict[str, Any]]:
     out = subprocess.run([str(BIN / "arnold"), "jobs", "--json", "--limit", "200"],
                          capture_output=True, text=True, check=True)
     return list(json.loads(out.stdout))
@@ -54,12 +55,12 @@ def _minipods(conf_dir: Path) -> dict[str, str]:
     return {n: topo.minipod_of(n) for n in topo.nodes}
 
 
-def _check_ranks(out: Path, record: dict[str, object], pods: dict[str, str]) -> None:
+def _check_ranks(out: Path, record: dict[str, Any], pods: dict[str, str]) -> None:
     lines = [ln.split() for ln in out.read_text().splitlines() if ln.strip()]
     assert len(lines) == 128
     ranks = sorted(int(f[3]) for f in lines)
     assert ranks == list(range(128))
-    placement_nodes: set[str] = set(record["nodes"])  # type: ignore[arg-type]
+    placement_nodes: set[str] = set(record["nodes"])
     header, entries = parse(Path(str(record["rankfile"])).read_text())
     planned = {(e.node, e.local_rank): e for e in entries}
     dp_groups: dict[int, set[str]] = {}
@@ -91,7 +92,7 @@ def test_every_task_gets_its_planned_rank(slurm: Slurm, script: Path,
     record = next(r for r in jobs_json() if r["slurm_job_id"] == job_id)
     assert record["placement"] == "mip"
     allocated = {j.job_id: j for j in slurm.jobs()}[job_id].nodes
-    assert set(allocated) == set(record["nodes"])  # type: ignore[arg-type]
+    assert set(allocated) == set(record["nodes"])
     _check_ranks(script.parent / f"out-{job_id}.txt", record, _minipods(slurm_conf_dir))
 
 
@@ -103,7 +104,7 @@ def test_placement_slurm_runs_and_is_recorded(slurm: Slurm, script: Path,
     assert wait_for_job(slurm, job_id) == "COMPLETED"
     record = next(r for r in jobs_json() if r["slurm_job_id"] == job_id)
     assert record["placement"] == "slurm"
-    assert record["metrics"]["max_dp_spread"] >= 1  # type: ignore[index]
+    assert record["metrics"]["max_dp_spread"] >= 1
     _check_ranks(script.parent / f"out-{job_id}.txt", record, _minipods(slurm_conf_dir))
 
 
@@ -148,7 +149,7 @@ def test_concurrent_submissions_never_share_nodes(slurm: Slurm, tmp_path: Path) 
     records = {r["slurm_job_id"]: r for r in jobs_json()}
     seen: set[str] = set()
     for job_id in ids:
-        nodes = set(records[job_id]["nodes"])  # type: ignore[arg-type]
+        nodes = set(records[job_id]["nodes"])
         assert not nodes & seen
         seen |= nodes
     for job_id in ids:
