@@ -81,6 +81,10 @@ def fragment(topology: Topology, occupancy: float, rng: random.Random) -> list[s
     now = 0.0
     target = int(occupancy * len(order))
     largest = max(2, min(64, len(order) // 8))
+    # Lifetimes long enough that the steady state would fill the whole cluster (mean size of
+    # a log-uniform job is (largest - 1) / ln(largest)), so every target is reached, with the
+    # departures along the way leaving the holes.
+    lifetime = len(order) * math.log(largest) / (largest - 1)
     while len(busy) < target:
         now += rng.expovariate(1.0)
         while running and running[0][0] <= now:
@@ -91,6 +95,6 @@ def fragment(topology: Topology, occupancy: float, rng: random.Random) -> list[s
         size = min(int(math.exp(rng.uniform(0, math.log(largest)))), target - len(busy))
         taken = [heapq.heappop(free_heap) for _ in range(size)]
         busy.update(taken)
-        heapq.heappush(running, (now + rng.expovariate(1 / 40.0), taken))
+        heapq.heappush(running, (now + rng.expovariate(1 / lifetime), taken))
     busy_names = {order[i] for i in busy}
     return [n for n in topology.nodes if n not in busy_names]

@@ -19,7 +19,13 @@ from rich.table import Table
 from rich.tree import Tree
 
 from site_config import SiteConfig, load_config
-from slurm_arnold.cluster import ClusterView, live_cluster, offline_cluster, read_free_file
+from slurm_arnold.cluster import (
+    ClusterView,
+    live_cluster,
+    offline_cluster,
+    read_free_file,
+    slurm_choice,
+)
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.placement import JobShape, Placement, place
 from slurm_arnold.placement.align import auto_alpha, parse_bytes
@@ -200,7 +206,7 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
                             partition=config.partition)
         if free_file:
             view.free &= set(read_free_file(free_file))
-        g = gpus_per_node or _common_gpus(view)
+        g = gpus_per_node or view.common_gpus()
     if dp is None and nodes is None:
         raise click.UsageError("give --dp or --nodes")
     job = JobShape(tp, pp, dp, g) if dp is not None else JobShape.from_nodes(nodes or 0, tp, pp, g)
@@ -215,11 +221,8 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
                            microbatches=microbatches, network=config.network)
     alpha = check_alpha(0.5 if alpha is None else alpha)
     if algo == "slurm":
-        args = ["-N", str(job.nodes), "--exclusive", f"--gpus-per-node={g}"]
-        if view.partition:
-            args += ["-p", view.partition]
-        result = place_from_node_list("slurm", Slurm().test_only(args), view.topology, job,
-                                      alpha)
+        result = place_from_node_list("slurm", slurm_choice(Slurm(), view, job.nodes),
+                                      view.topology, job, alpha)
     else:
         result = place(view.topology, view.free, job, algo=algo, alpha=alpha,
                        time_limit=time_limit, seed=seed)
@@ -227,17 +230,6 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
         click.echo(json.dumps(result.as_json()))
         return
     _print_placement(result, view.topology)
-
-
-def _common_gpus(view: ClusterView) -> int:
-    counts: dict[int, int] = {}
-    for name in view.free:
-        info = view.nodes.get(name)
-        if info and info.gpus_total:
-            counts[info.gpus_total] = counts.get(info.gpus_total, 0) + 1
-    if not counts:
-        raise ArnoldError("no free node reports GPUs (gres/gpu); give --gpus-per-node")
-    return max(counts, key=lambda k: counts[k])
 
 
 def _print_placement(result: Placement, topo: Topology) -> None:
@@ -281,7 +273,7 @@ def bench_placement(quick: bool, seed: int, docs: str, as_json: bool) -> None:
     from benchmarks.placement import FULL, QUICK, markdown, run_suite, write_section
 
     spec = QUICK if quick else FULL
-    total = sum(len(spec.jobs[s]) for s in spec.scales) * spec.clusters * len(spec.pps) \
+    total = sum(len(spec.jobs[s]) * spec.clusters[s] for s in spec.scales) * len(spec.pps) \
         * len(spec.alphas)
     with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("placement cases", total=total)

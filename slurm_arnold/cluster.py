@@ -29,6 +29,17 @@ class ClusterView:
     free: set[str]
     partition: str | None
 
+    def common_gpus(self, nodes: Iterable[str] | None = None) -> int:
+        """The most common GPU count among ``nodes`` (default: the free ones)."""
+        counts: dict[int, int] = {}
+        for name in self.free if nodes is None else nodes:
+            info = self.nodes.get(name)
+            if info and info.gpus_total:
+                counts[info.gpus_total] = counts.get(info.gpus_total, 0) + 1
+        if not counts:
+            raise ArnoldError("no free node reports GPUs (gres/gpu); give --gpus-per-node")
+        return max(counts, key=lambda k: counts[k])
+
     def gpus_under(self, switch: str) -> tuple[int, int]:
         """(free, total) GPUs below ``switch``; free counts only free nodes."""
         free = total = 0
@@ -98,6 +109,14 @@ def live_cluster(
     free = free_nodes(topology, infos, slurm.reservations(), partition=part,
                       user=user or getpass.getuser())
     return ClusterView(topology, {n.name: n for n in infos}, free, part)
+
+
+def slurm_choice(slurm: Slurm, view: ClusterView, nodes: int) -> list[str]:
+    """The nodes slurmctld would give an exclusive job of ``nodes`` nodes now."""
+    args = ["-N", str(nodes), "--exclusive"]
+    if view.partition:
+        args += ["-p", view.partition]
+    return slurm.test_only(args)
 
 
 def offline_cluster(topology: Topology, gpus_per_node: int,

@@ -73,28 +73,28 @@ def band_layout(caps: dict[str, int], stages: int, columns: int, a: int,
     ``None`` when neither band construction finds one."""
     rows = _bands(caps, stages, columns, a, b)
     if rows is not None:
-        layout = [[""] * columns for _ in range(stages)]
-        r0 = 0
-        for height, picked in rows:
-            c0 = 0
-            for p, k in picked.items():
-                for j in range(r0, r0 + height):
-                    for i in range(c0, c0 + k):
-                        layout[j][i] = p
-                c0 += k
-            r0 += height
-        return layout
+        return _fill(rows, stages, columns, transpose=False)
     cols = _bands(caps, columns, stages, b, a)
     if cols is not None:
-        layout = [[""] * columns for _ in range(stages)]
-        c0 = 0
-        for width, picked in cols:
-            r0 = 0
-            for p, k in picked.items():
-                for j in range(r0, r0 + k):
-                    for i in range(c0, c0 + width):
-                        layout[j][i] = p
-                r0 += k
-            c0 += width
-        return layout
+        return _fill(cols, stages, columns, transpose=True)
     return None
+
+
+def _fill(bands: list[tuple[int, dict[str, int]]], stages: int, columns: int,
+          transpose: bool) -> list[list[str]]:
+    """Lay bands out: each band is ``size`` lines thick and cut across into runs per minipod.
+    Row bands run along stages; with ``transpose`` they run along pipelines."""
+    layout = [[""] * columns for _ in range(stages)]
+    start = 0
+    for size, picked in bands:
+        across = 0
+        for pod, width in picked.items():
+            for line in range(start, start + size):
+                for cross in range(across, across + width):
+                    if transpose:
+                        layout[cross][line] = pod
+                    else:
+                        layout[line][cross] = pod
+            across += width
+        start += size
+    return layout

@@ -11,12 +11,19 @@ from slurm_arnold.placement.bands import band_layout
 from slurm_arnold.placement.baselines import BASELINES, aligned_cells, baseline_cells
 from slurm_arnold.placement.bounds import spread_pairs
 from slurm_arnold.placement.job import JobShape
-from slurm_arnold.placement.mip import CountProblem, layout_from_counts, solve_box
+from slurm_arnold.placement.mip import (
+    CountProblem,
+    layout_from_counts,
+    solve_box,
+    solve_box_exact,
+)
 from slurm_arnold.placement.plan import Cell, Placement, cells_from_rank_order, measure
 from slurm_arnold.placement.pool import Pool
 from slurm_arnold.topology import Topology
 
 OFFLINE_ALGOS = ("mip", *BASELINES)
+# Largest stages x pipelines x minipods for which a box may be decided cell by cell.
+EXACT_MAX_BINARIES = 4000
 
 
 def check_alpha(alpha: float) -> float:
@@ -141,11 +148,18 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
         boxes.append({"a": a, "b": b, "status": box.status, "seconds": round(box.seconds, 3)})
         if box.status == "infeasible":
             continue
-        realised = False
-        for sol in box.solutions:
-            layout = layout_from_counts(sol, job.columns, b)
-            if layout is None:
+        layouts = (layout_from_counts(sol, job.columns, b) for sol in box.solutions)
+        found = [lay for lay in layouts if lay is not None]
+        if not found and job.units * len(problem.capacities) <= EXACT_MAX_BINARIES:
+            # Counts that do not realise, on a job small enough to decide cell by cell.
+            left = time_limit - (time.monotonic() - t0)
+            status, exact = solve_box_exact(problem, (a, b), time_limit=left / 2)
+            boxes.append({"a": a, "b": b, "status": f"exact {status}"})
+            if status == "infeasible":
                 continue
+            found = [exact] if exact is not None else []
+        realised = False
+        for layout in found:
             cells = cells_from_layout(layout, pool, job, alpha)
             metrics = measure(cells, job, topology, alpha)
             if metrics.weighted_spread < best.weighted_spread - 1e-9:

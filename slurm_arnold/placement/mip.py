@@ -123,6 +123,52 @@ def solve_box(problem: CountProblem, limits: tuple[int, int], *, time_limit: flo
     return BoxResult(found, str(model.getStatus()), time.monotonic() - t0)
 
 
+def build_exact_model(problem: CountProblem,
+                      limits: tuple[int, int]) -> tuple[Model, dict[str, Any]]:
+    """The per-cell model of one spread box, for boxes the count model leaves open on small
+    jobs: x[j,i,p] = 1 when stage j of pipeline i sits in minipod p. Exact, but with
+    stages x pipelines x minipods binaries, so only used when that product is small."""
+    caps = problem.capacities
+    pods = list(caps)
+    stages, cols = range(problem.stages), range(problem.columns)
+    m = Model("arnold-placement-exact")
+    m.hideOutput()
+    x = {(j, i, p): m.addVar(f"x[{j},{i},{p}]", vtype="B")
+         for j in stages for i in cols for p in pods}
+    r = {(j, p): m.addVar(f"r[{j},{p}]", vtype="B") for j in stages for p in pods}
+    z = {(i, p): m.addVar(f"z[{i},{p}]", vtype="B") for i in cols for p in pods}
+    for j in stages:
+        for i in cols:
+            m.addCons(quicksum(x[j, i, p] for p in pods) == 1, name=f"CellPlaced({j},{i})")
+            for p in pods:
+                m.addCons(x[j, i, p] <= r[j, p], name=f"DpGroupUses({j},{i},{p})")
+                m.addCons(x[j, i, p] <= z[i, p], name=f"PipelineUses({j},{i},{p})")
+        m.addCons(quicksum(r[j, p] for p in pods) <= limits[0], name=f"DpSpread({j})")
+    for i in cols:
+        m.addCons(quicksum(z[i, p] for p in pods) <= limits[1], name=f"PpSpread({i})")
+    for p in pods:
+        m.addCons(quicksum(x[j, i, p] for j in stages for i in cols) <= caps[p],
+                  name=f"Capacity({p})")
+    return m, {"x": x, "r": r, "z": z}
+
+
+def solve_box_exact(problem: CountProblem, limits: tuple[int, int], *,
+                    time_limit: float) -> tuple[str, list[list[str]] | None]:
+    """Status and, when found, a layout with spreads within ``limits`` (the exact model)."""
+    model, v = build_exact_model(problem, limits)
+    model.setParam("limits/time", max(0.05, time_limit))
+    model.setParam("limits/solutions", 1)
+    model.optimize()
+    status = str(model.getStatus())
+    if model.getNSols() == 0:
+        return status, None
+    sol = model.getBestSol()
+    pods = list(problem.capacities)
+    layout = [[max(pods, key=lambda p, j=j, i=i: model.getSolVal(sol, v["x"][j, i, p]))
+               for i in range(problem.columns)] for j in range(problem.stages)]
+    return status, layout
+
+
 def _match_stage(quota: dict[str, int], holders: Sequence[Sequence[str]]) -> list[str] | None:
     """Give each pipeline i one minipod from ``holders[i]``, ``quota[p]`` pipelines to each p
     (breadth-first augmenting paths); ``None`` when no such assignment exists."""

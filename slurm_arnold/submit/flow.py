@@ -27,7 +27,7 @@ from typing import IO, Any
 import hostlist
 
 from site_config import SiteConfig
-from slurm_arnold.cluster import ClusterView, live_cluster
+from slurm_arnold.cluster import ClusterView, live_cluster, slurm_choice
 from slurm_arnold.errors import ArnoldError, InfeasibleError
 from slurm_arnold.placement import JobShape, Placement, place
 from slurm_arnold.placement.engine import check_alpha, place_from_node_list
@@ -155,14 +155,15 @@ def claimed_nodes(db: StateDB, slurm: Slurm) -> set[str]:
     return claimed
 
 
-def plan(request: Request, view: ClusterView, free: set[str]) -> tuple[JobShape, Placement, str]:
+def plan(request: Request, view: ClusterView, free: set[str],
+         slurm: Slurm) -> tuple[JobShape, Placement, str]:
     """The job's shape and placement; raises ``InfeasibleError`` with the user's choices."""
     ours, sb = request.ours, request.sbatch
     tp = _int_option(ours.get("tp"), "--tp")
     pp = _int_option(ours.get("pp"), "--pp")
     if tp is None or pp is None:
         raise ArnoldError("give both --tp and --pp (on the command line or #ARNOLD lines)")
-    g = _gpus_per_node(sb) or _common_gpus(view, free)
+    g = _gpus_per_node(sb) or view.common_gpus(free)
     nodes = _nodes_option(sb.get("nodes"))
     dp = _int_option(ours.get("dp"), "--dp")
     if dp is not None:
@@ -199,19 +200,10 @@ def plan(request: Request, view: ClusterView, free: set[str]) -> tuple[JobShape,
             f"{' in partition ' + view.partition if view.partition else ''}; not submitting "
             "blindly: wait for a reservation (arnold reserve) or use --placement=slurm to let "
             "Slurm choose")
-    return job, place(view.topology, free, job, algo=algo if algo != "slurm" else "mip",
-                      alpha=alpha, time_limit=10.0), algo
-
-
-def _common_gpus(view: ClusterView, free: set[str]) -> int:
-    counts: dict[int, int] = {}
-    for n in free:
-        info = view.nodes.get(n)
-        if info and info.gpus_total:
-            counts[info.gpus_total] = counts.get(info.gpus_total, 0) + 1
-    if not counts:
-        raise ArnoldError("no free node reports GPUs; give --gpus-per-node")
-    return max(counts, key=lambda k: counts[k])
+    if algo == "slurm":
+        chosen = slurm_choice(slurm, view, job.nodes)
+        return job, place_from_node_list("slurm", chosen, view.topology, job, alpha), algo
+    return job, place(view.topology, free, job, algo=algo, alpha=alpha, time_limit=10.0), algo
 
 
 def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
@@ -230,13 +222,7 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
         view = live_cluster(slurm, minipod_level=config.minipod_level,
                             partition=request.sbatch.get("partition") or config.partition)
         free = narrow_free(view, request.sbatch, claimed_nodes(db, slurm))
-        job, placement, algo = plan(request, view, free)
-        if algo == "slurm":
-            args = ["-N", str(job.nodes), "--exclusive"]
-            if view.partition:
-                args += ["-p", view.partition]
-            placement = place_from_node_list("slurm", slurm.test_only(args), view.topology, job,
-                                             placement.alpha)
+        job, placement, algo = plan(request, view, free, slurm)
         placement_id = secrets.token_hex(8)
         rankfile, hostfile = write_files(config.state_dir / "rankorder", placement,
                                          placement_id, order)
