@@ -175,8 +175,9 @@ def markdown(result: dict[str, Any], command: str) -> str:
         f"Not proven within 1%: {len(open_cases)} of {s['cases']} cases (the job takes "
         f"{min((c['nodes'] / c['nodes_free'] for c in open_cases), default=0):.0%} to "
         f"{max((c['nodes'] / c['nodes_free'] for c in open_cases), default=0):.0%} of the free "
-        "nodes there); in those SCIP neither finds counts that can be realised nor proves the next box empty within "
-        "the budget, so the reported gap is the distance to the first unsettled box.",
+        "nodes there); in those SCIP neither finds counts that can be realised nor proves "
+        "the next box empty within the budget, so the reported gap is the distance to the "
+        "first unsettled box.",
     ]
     lines += ["", "<details><summary>Every case</summary>", "",
               "| scale | cluster | free | nodes | PP | alpha | best-fit | random-fit | "
