@@ -164,7 +164,7 @@ def solve_box_exact(problem: CountProblem, limits: tuple[int, int], *,
         return status, None
     sol = model.getBestSol()
     pods = list(problem.capacities)
-    layout = [[max(pods, key=lambda p, j=j, i=i: model.getSolVal(sol, v["x"][j, i, p]))
+    layout = [[next(p for p in pods if model.getSolVal(sol, v["x"][j, i, p]) > 0.5)
                for i in range(problem.columns)] for j in range(problem.stages)]
     return status, layout
 
