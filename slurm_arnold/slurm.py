@@ -290,7 +290,10 @@ def _accounting_from_json_v0038(doc: Mapping[str, Any]) -> list[AccountingRecord
             state=str(j.get("state", {}).get("current", "")).upper(),
             exit_code=int(j.get("exit_code", {}).get("return_code") or 0),
             nodes=tuple(expanded),
-            node_count=int(j.get("allocation_nodes") or len(expanded)),
+            # 22.05 briefly shows a finished job as a bare "allocation" record with
+            # allocation_nodes 0 (and one node listed): keep that 0 so callers can tell.
+            node_count=int(j["allocation_nodes"]) if "allocation_nodes" in j
+            else len(expanded),
             gpus=_gpus_from_tres(j.get("tres", {}).get("allocated") or []),
             submit=t.get("submission") or None,
             start=t.get("start") or None,

@@ -88,8 +88,9 @@ def _wait_for_accounting(slurm: Slurm, job_id: int, timeout: float = 60) -> Acco
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         records = slurm.accounting([job_id])
-        # slurmdbd first records a finished job as a bare "allocation" on no nodes and fills
-        # in the rest a moment later (seen with 22.05): wait for the full record.
+        # slurmdbd first shows a finished job as a bare "allocation" record with
+        # allocation_nodes 0 and fills in the rest a moment later (seen with 22.05, for about
+        # 0.2 s): wait for the full record.
         if records and records[0].state == "COMPLETED" and records[0].node_count > 0:
             return records[0]
         time.sleep(0.5)
