@@ -39,6 +39,18 @@ def _create_jobs(db: sqlite_utils.Database) -> None:
     db["jobs"].create_index(["slurm_job_id"])  # type: ignore[union-attr]
 
 
+@MIGRATIONS(name="0002_history")
+def _create_history(db: sqlite_utils.Database) -> None:
+    # Finished jobs for the predictor (predictor/history.py), one row per (source, job id).
+    db["history"].create(  # type: ignore[union-attr]
+        {"source": str, "job_id": str, "user": str, "group": str, "partition": str, "qos": str,
+         "name": str, "submit": int, "start": int, "end": int, "nodes": int, "gpus": int,
+         "procs": int, "time_limit": int, "state": str, "exit_code": int},
+        pk=("source", "job_id"),
+    )
+    db["history"].create_index(["submit"])  # type: ignore[union-attr]
+
+
 class StateDB:
     """The project's SQLite state (WAL, busy timeout, migrations applied on open).
 

@@ -1,0 +1,155 @@
+"""Features known at submit time, computed without leakage.
+
+Jobs are processed in submit order. Before job i's features are computed, every job that had
+*ended* by job i's submit time enters its user's history; nothing else does, so a feature never
+sees a job that ended after the submit it describes (``tests/test_predictor.py`` checks it).
+
+| feature | meaning |
+|---|---|
+| `log_req` | log of the requested time limit (s) |
+| `log_procs` | log of processors (or GPUs) asked for |
+| `user`, `group`, `queue`, `partition` | categorical codes (unknown values map to missing) |
+| `u_last1` | log runtime of the user's most recently finished job |
+| `u_last2` | log of the mean runtime of the user's last two finished jobs |
+| `u_last5` | mean log runtime of the user's last five |
+| `u_same_req` | log runtime of the user's last finished job with the same requested time |
+| `u_ratio5` | mean runtime / requested time over the user's last five |
+| `u_last_req_eq` | 1 when the user's last finished job asked for the same time |
+| `u_count` | log(1 + finished jobs of the user so far) |
+| `u_active` | the user's jobs submitted and not yet ended at submit |
+| `active`, `running` | jobs in the system (submitted, not ended) and running at submit |
+| `hour`, `weekday` | time of day and day of week of the submit (UTC) |
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import defaultdict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from predictor.swf import JobRecord
+
+FEATURES = ("log_req", "log_procs", "user", "group", "queue", "partition", "u_last1", "u_last2",
+            "u_last5", "u_same_req", "u_ratio5", "u_last_req_eq", "u_count", "u_active",
+            "active", "running", "hour", "weekday")
+CATEGORICAL = ("user", "group", "queue", "partition")
+NAN = float("nan")
+
+
+@dataclass
+class UserHistory:
+    """What has been seen of one user's finished jobs (most recent last)."""
+
+    runtimes: deque[float]
+    reqs: deque[int | None]
+    last_by_req: dict[int | None, float]
+    count: int = 0
+
+    @classmethod
+    def new(cls) -> UserHistory:
+        """An empty history."""
+        return cls(deque(maxlen=5), deque(maxlen=5), {})
+
+    def add(self, runtime: float, req: int | None) -> None:
+        """A job of this user finished."""
+        self.runtimes.append(runtime)
+        self.reqs.append(req)
+        self.last_by_req[req] = runtime
+        self.count += 1
+
+    def last2_seconds(self) -> float | None:
+        """Mean runtime of the last two (the last alone when there is one)."""
+        if not self.runtimes:
+            return None
+        last = list(self.runtimes)[-2:]
+        return sum(last) / len(last)
+
+
+def runtime(job: JobRecord) -> float | None:
+    """Run time in seconds, when known."""
+    if job.start is None or job.end is None:
+        return None
+    return float(job.end - job.start)
+
+
+def _log(x: float | None) -> float:
+    return math.log(max(x, 1.0)) if x is not None else NAN
+
+
+class Vocabulary:
+    """Categorical codes fitted on training jobs (anything else becomes missing)."""
+
+    def __init__(self, jobs: Sequence[JobRecord] = ()) -> None:
+        self.codes: dict[str, dict[str, int]] = {c: {} for c in CATEGORICAL}
+        for job in jobs:
+            for name, value in zip(CATEGORICAL, _cats(job), strict=True):
+                self.codes[name].setdefault(value, len(self.codes[name]))
+
+    def code(self, name: str, value: str) -> float:
+        """The code of ``value``, NaN when unseen."""
+        code = self.codes[name].get(value)
+        return NAN if code is None else float(code)
+
+
+def _cats(job: JobRecord) -> tuple[str, str, str, str]:
+    return job.user, job.group, job.qos, job.partition
+
+
+def compute(jobs: Sequence[JobRecord], vocab: Vocabulary) -> tuple[np.ndarray, list[float | None]]:
+    """The feature matrix of ``jobs`` (sorted by submit inside) and each job's last2 baseline
+    in seconds, both in the order of ``jobs``."""
+    order = sorted(range(len(jobs)), key=lambda i: (jobs[i].submit, i))
+    ends = np.sort(np.array([j.end for j in jobs if j.end is not None], dtype=float))
+    starts_ended = np.sort(np.array([j.start for j in jobs if j.start is not None
+                                     and j.end is not None], dtype=float))
+    submits = np.sort(np.array([j.submit for j in jobs], dtype=float))
+    histories: dict[str, UserHistory] = defaultdict(UserHistory.new)
+    user_open: dict[str, list[int]] = defaultdict(list)  # heaps of end times of user's jobs
+    pending: list[tuple[int, int]] = []  # (end, index) of jobs not yet in a history
+    for i, j in enumerate(jobs):
+        if j.end is not None:
+            pending.append((j.end, i))
+    heapq.heapify(pending)
+    matrix = np.full((len(jobs), len(FEATURES)), NAN)
+    last2: list[float | None] = [None] * len(jobs)
+    for i in order:
+        job = jobs[i]
+        t = job.submit
+        while pending and pending[0][0] <= t:
+            _, k = heapq.heappop(pending)
+            done = jobs[k]
+            rt = runtime(done)
+            if rt is not None:
+                histories[done.user].add(rt, done.time_limit)
+        h = histories[job.user]
+        opened = user_open[job.user]
+        while opened and opened[0] <= t:
+            heapq.heappop(opened)
+        rts = list(h.runtimes)
+        ratios = [r / q for r, q in zip(rts, h.reqs, strict=True) if q]
+        row = matrix[i]
+        row[0] = _log(job.time_limit)
+        row[1] = _log(job.procs or job.gpus)
+        for c, (name, value) in enumerate(zip(CATEGORICAL, _cats(job), strict=True)):
+            row[2 + c] = vocab.code(name, value)
+        row[6] = _log(rts[-1]) if rts else NAN
+        last2[i] = h.last2_seconds()
+        row[7] = _log(last2[i])
+        row[8] = sum(_log(r) for r in rts) / len(rts) if rts else NAN
+        row[9] = _log(h.last_by_req.get(job.time_limit))
+        row[10] = sum(ratios) / len(ratios) if ratios else NAN
+        row[11] = float(h.reqs[-1] == job.time_limit) if h.reqs else NAN
+        row[12] = math.log1p(h.count)
+        row[13] = float(len(opened))
+        ended = float(np.searchsorted(ends, t, side="right"))
+        row[14] = float(np.searchsorted(submits, t, side="right")) - ended
+        row[15] = float(np.searchsorted(starts_ended, t, side="right")) - ended
+        row[16] = (t % 86400) / 3600.0
+        row[17] = float((t // 86400 + 4) % 7)  # 1970-01-01 was a Thursday
+        if job.end is not None:
+            heapq.heappush(opened, job.end)
+    return matrix, last2
