@@ -90,10 +90,6 @@ class Topology:
             out.extend(self.nodes_under(child))
         return out
 
-    def with_minipod_level(self, level: int) -> Topology:
-        """The same tree with another switch level forming the minipods."""
-        return Topology(dict(self.switches), dict(self.node_leaf), level, self.source)
-
     def _find_minipod(self, leaf: str) -> str:
         sw = self.switches[leaf]
         while sw.level < self.minipod_level and sw.parent is not None:

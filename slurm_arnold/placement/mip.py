@@ -50,14 +50,10 @@ class CountProblem:
 
 @dataclass
 class CountSolution:
-    """Units per (stage, minipod), pipelines touching each minipod, and the solver's report."""
+    """Units per (stage, minipod) and pipelines touching each minipod."""
 
     units: list[dict[str, int]]  # units[j][p]
     touching: dict[str, int]
-    objective: float
-    dual_bound: float
-    status: str
-    seconds: float
 
 
 def build_model(problem: CountProblem, limits: tuple[int, int]) -> tuple[Model, dict[str, Any]]:
@@ -117,9 +113,7 @@ def solve_box(problem: CountProblem, limits: tuple[int, int], *, time_limit: flo
             units.append({p: k for p, k in row.items() if k > 0})
         touching = {p: max(max((u.get(p, 0) for u in units), default=0),
                            round(model.getSolVal(sol, v["c"][p]))) for p in pods}
-        found.append(CountSolution(units, {p: t for p, t in touching.items() if t > 0},
-                                   model.getSolObjVal(sol), model.getDualbound(),
-                                   str(model.getStatus()), time.monotonic() - t0))
+        found.append(CountSolution(units, {p: t for p, t in touching.items() if t > 0}))
     return BoxResult(found, str(model.getStatus()), time.monotonic() - t0)
 
 
