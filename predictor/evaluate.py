@@ -10,6 +10,7 @@ import numpy as np
 from predictor.features import Vocabulary, compute, runtime
 from predictor.model import metrics, train
 from predictor.swf import JobRecord
+from slurm_arnold.errors import ArnoldError
 
 
 def evaluable(job: JobRecord) -> bool:
@@ -26,6 +27,9 @@ def evaluate(jobs: Sequence[JobRecord], quantile: float = 0.9,
     """
     kept = sorted((j for j in jobs if evaluable(j)), key=lambda j: j.submit)
     excluded = len(jobs) - len(kept)
+    if len(kept) < 100:
+        raise ArnoldError(f"only {len(kept)} jobs have a run time and a requested time; "
+                          "evaluation needs at least 100")
     cut = int(len(kept) * train_share)
     vocab = Vocabulary(kept[:cut])
     matrix, last2 = compute(kept, vocab)

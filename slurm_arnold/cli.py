@@ -328,3 +328,45 @@ def jobs_cmd(limit: int, as_json: bool) -> None:
                       f"{m.get('max_dp_spread')}/{m.get('max_pp_spread')}",
                       hostlist.collect_hostlist(row["nodes"]), row["rankfile"] or "")
     Console(soft_wrap=True).print(table)
+
+
+@main.group()
+def predictor() -> None:
+    """The job-completion-time predictor (LightGBM)."""
+
+
+@predictor.command("evaluate")
+@click.option("--swf", "swf_file", type=click.Path(dir_okay=False, exists=True),
+              help="A Standard Workload Format log (plain or .gz).")
+@click.option("--csv", "csv_file", type=click.Path(dir_okay=False, exists=True),
+              help="A CSV job history with the documented header.")
+@click.option("--quantile", type=click.FloatRange(0.5, 0.99), default=0.9, show_default=True,
+              help="Quantile of the upper model.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def predictor_evaluate(swf_file: str | None, csv_file: str | None, quantile: float,
+                       as_json: bool) -> None:
+    """Train on the first 70% of a log (by submit time), test on the rest, beside the baselines."""
+    from predictor.evaluate import evaluate
+    from predictor.swf import BadLine, JobRecord, read_csv, read_swf
+
+    if (swf_file is None) == (csv_file is None):
+        raise click.UsageError("give exactly one of --swf and --csv")
+    items = list(read_swf(Path(swf_file)) if swf_file else read_csv(Path(csv_file or "")))
+    jobs = [i for i in items if isinstance(i, JobRecord)]
+    bad = [i for i in items if isinstance(i, BadLine)]
+    if bad:
+        click.echo(f"arnold: {len(bad)} unreadable lines skipped (first: line {bad[0].line}: "
+                   f"{bad[0].problem})", err=True)
+    result = evaluate(jobs, quantile=quantile) | {"n_bad_lines": len(bad)}
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    table = Table(title=f"{result['n_train']} train / {result['n_test']} test jobs "
+                        f"({result['n_excluded']} without run or requested time)")
+    keys = ("mae_h", "rmse_h", "mae_log", "rmse_log", "coverage")
+    table.add_column("method")
+    for k in keys:
+        table.add_column(k)
+    for name, m in result["methods"].items():
+        table.add_row(name, *(f"{m[k]:.3f}" for k in keys))
+    Console(soft_wrap=True).print(table)

@@ -1,0 +1,97 @@
+"""The predictor's readers, its leakage guard and its evaluation (issue 6, in progress)."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from predictor.features import FEATURES, Vocabulary, compute
+from predictor.swf import BadLine, JobRecord, read_swf
+from slurm_arnold.cli import main
+from tests.conftest import SHARED
+
+KTH = SHARED / "data" / "swf" / "KTH-SP2-1996-2.swf.gz"
+
+
+def test_swf_header_unknowns_truncated_and_garbage(tmp_path: Path) -> None:
+    path = tmp_path / "log.swf"
+    path.write_text(
+        "; Version: 2.2\n;  MaxJobs: 3\n"
+        "1 0 10 100 4 -1 -1 4 3600 -1 1 7 2 -1 1 -1 -1 -1\n"
+        "2 5 -1 -1 -1 -1 -1 8 -1 -1 0 7 2 -1 1 -1 -1 -1\n"
+        "3 9 1 2 3\n"
+        "4 x 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n")
+    items = list(read_swf(path))
+    jobs = [i for i in items if isinstance(i, JobRecord)]
+    bad = [i for i in items if isinstance(i, BadLine)]
+    assert [j.job_id for j in jobs] == ["1", "2"]
+    assert (jobs[0].start, jobs[0].end, jobs[0].procs, jobs[0].time_limit) == (10, 110, 4, 3600)
+    assert (jobs[1].start, jobs[1].end, jobs[1].procs, jobs[1].time_limit) == (None, None, 8, None)
+    assert [(b.line, b.problem) for b in bad] == [(5, "5 fields, SWF has 18"),
+                                                  (6, "a field is not a number")]
+
+
+def _jobs(n: int, seed: int = 0) -> list[JobRecord]:
+    rng = random.Random(seed)
+    out, t = [], 0
+    for i in range(n):
+        t += rng.randint(1, 600)
+        req = rng.choice([600, 3600, 7200])
+        run = min(req, int(rng.lognormvariate(6, 1.5)) + 1)
+        start = t + rng.randint(0, 300)
+        out.append(JobRecord(str(i), f"u{rng.randint(0, 9)}", "g", "p", "q", "n", t, start,
+                             start + run, None, None, rng.choice([1, 4, 16]), req, "COMPLETED",
+                             0))
+    return out
+
+
+def test_features_never_use_a_job_that_ended_after_the_submit() -> None:
+    jobs = _jobs(300)
+    vocab = Vocabulary(jobs)
+    base, _ = compute(jobs, vocab)
+    # Change the runtime of every job that ends after job k's submit: k's features must not move.
+    k = 200
+    t = jobs[k].submit
+    changed = [replace(j, end=j.end + 99_999) if j.end is not None and j.end > t else j
+               for j in jobs]
+    after, _ = compute(changed, vocab)
+    history = [FEATURES.index(f) for f in FEATURES if f.startswith("u_") and f != "u_active"]
+    assert np.array_equal(base[k, history], after[k, history], equal_nan=True)
+    # ...while the user's last job that ended before it does feed its history (its runtime is
+    # changed by moving its start, so it still ends before the submit).
+    ended = [i for i in range(k) if jobs[i].user == jobs[k].user and (jobs[i].end or t + 1) <= t]
+    last = max(ended, key=lambda i: jobs[i].end or 0)
+    moved = [replace(j, start=(j.start or 0) - 777) if i == last else j
+             for i, j in enumerate(jobs)]
+    shifted, _ = compute(moved, vocab)
+    assert not np.array_equal(base[k, history], shifted[k, history], equal_nan=True)
+
+
+def test_evaluate_command_on_a_synthetic_log(tmp_path: Path) -> None:
+    path = tmp_path / "log.swf"
+    lines = [f"{j.job_id} {j.submit} {(j.start or 0) - j.submit} {(j.end or 0) - (j.start or 0)} "
+             f"{j.procs} -1 -1 {j.procs} {j.time_limit} -1 1 {j.user[1:]} 1 -1 1 -1 -1 -1"
+             for j in _jobs(400)]
+    path.write_text("\n".join(lines) + "\n")
+    result = CliRunner().invoke(main, ["predictor", "evaluate", "--swf", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output.strip().splitlines()[-1])
+    assert doc["n_train"] + doc["n_test"] == 400
+    assert set(doc["methods"]) == {"requested", "last2", "model", "model_q"}
+    assert doc["methods"]["requested"]["coverage"] == 1.0  # runs never exceed the request here
+
+
+def test_model_beats_the_baselines_on_kth() -> None:
+    if not KTH.exists():
+        pytest.skip(f"{KTH} is absent (the shared data is not beside this checkout)")
+    result = CliRunner().invoke(main, ["predictor", "evaluate", "--swf", str(KTH), "--json"])
+    assert result.exit_code == 0, result.output
+    m = json.loads(result.output.strip().splitlines()[-1])["methods"]
+    assert m["model"]["mae_log"] < m["last2"]["mae_log"] < m["requested"]["mae_log"]
+    assert m["model_q"]["mae_h"] < m["requested"]["mae_h"]
