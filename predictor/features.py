@@ -26,7 +26,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import defaultdict, deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -153,3 +153,26 @@ def compute(jobs: Sequence[JobRecord], vocab: Vocabulary) -> tuple[np.ndarray, l
         if job.end is not None:
             heapq.heappush(opened, job.end)
     return matrix, last2
+
+
+def compute_one(job: JobRecord, history: Sequence[JobRecord], vocab: Vocabulary,
+                load: Mapping[str, float] | None = None) -> np.ndarray:
+    """The feature row of one new job (submitted at ``job.submit``) given the finished history.
+
+    Only the user's own jobs go through :func:`compute` (fast). The load columns (``active``,
+    ``running``, ``u_active``) come from ``load`` when given (the live queue: a history of
+    finished jobs knows nothing of what is queued now), else from the history as of the submit.
+    """
+    own = [h for h in history if h.user == job.user]
+    matrix, _ = compute([*own, job], vocab)
+    row: np.ndarray = matrix[-1].copy()
+    if load is not None:
+        for name, value in load.items():
+            row[FEATURES.index(name)] = value
+        return row
+    t = job.submit
+    ended = sum(1 for h in history if h.end is not None and h.end <= t)
+    row[FEATURES.index("active")] = sum(1 for h in history if h.submit <= t) - ended
+    row[FEATURES.index("running")] = sum(1 for h in history if h.start is not None
+                                         and h.start <= t and h.end is not None) - ended
+    return row

@@ -9,12 +9,18 @@ Both predict log seconds; predictions are capped at the requested time.
   L2 mean lands between the modes: measured on KTH, L2 gives mae_log 1.30 (worse than last2's
   1.27) and L1 1.09 (``arnold predictor evaluate``).
 - **Upper**: quantile loss at q, then split-conformal calibration: a model fitted on the first
-  85% of the training window predicts its last 15%, and the q-quantile of those residuals is
-  added, so that the stated coverage holds on recent jobs rather than on the fit.
+  85% of the training window predicts its last 15%, and the q-quantile of the conformity scores
+  of the most recent ``CALIBRATION_WINDOW`` of them is added, so that the stated coverage holds
+  on recent jobs rather than on the fit. A job's score is ``log(actual) - raw prediction``, and
+  infinite when it ran longer than it asked for: the cap at the requested time can never cover
+  such a job, and leaving those out (as a plain residual quantile does) under-covers by their
+  share. :class:`Calibrator` redoes this step from jobs that finished since, without refitting
+  (``arnold predictor evaluate`` does it once per day of the test window, as a daily
+  ``retrain`` would); measured on KTH, the static delta covers 0.872 and the daily one 0.896.
 
 Saved as LightGBM text models with a ``metadata.json`` (features, training window, metrics) in
-one directory that is swapped in atomically: a new directory is written beside the serving one
-and renamed over it, so a crash mid-training leaves the old model serving.
+a version directory; the model path is a symbolic link to the serving version, replaced in one
+``rename`` (see :func:`save`), so a crash mid-training leaves the old model serving.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ PARAMS: dict[str, Any] = {
     "num_threads": 2, "seed": 1, "deterministic": True, "force_col_wise": True,
 }
 ROUNDS = 400
+CALIBRATION_WINDOW = 2000
 
 
 class ModelError(ArnoldError):
@@ -56,17 +63,26 @@ class JctModel:
     upper: lgb.Booster
     vocab: Vocabulary
     meta: dict[str, Any]
+    #: Conformity scores of training rows ``meta["calibration_start"]:`` (not saved).
+    calibration_scores: np.ndarray | None = None
 
-    def predict(self, matrix: np.ndarray, req: Sequence[float | None]) -> tuple[np.ndarray,
-                                                                                np.ndarray]:
-        """(point, upper) predictions in seconds, capped at the requested time."""
+    def predict(self, matrix: np.ndarray, req: Sequence[float | None],
+                delta: np.ndarray | float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(point, upper) predictions in seconds, capped at the requested time.
+
+        ``delta`` overrides the saved conformal delta (one value or one per row).
+        """
         cap = np.array([r if r and r > 0 else np.inf for r in req], dtype=float)
         offset = _offset(matrix, float(self.meta["offset_fallback"]))
         raw_point = np.asarray(self.point.predict(matrix), dtype=float)
-        raw_upper = np.asarray(self.upper.predict(matrix), dtype=float)
+        shift = self.meta["upper_delta"] if delta is None else delta
         point = np.minimum(np.exp(raw_point + offset), cap)
-        upper = np.minimum(np.exp(raw_upper + float(self.meta["upper_delta"])), cap)
+        upper = np.minimum(np.exp(self.raw_upper(matrix) + shift), cap)
         return np.maximum(point, 1.0), np.maximum(upper, 1.0)
+
+    def raw_upper(self, matrix: np.ndarray) -> np.ndarray:
+        """The quantile model's log-seconds output before calibration and cap."""
+        return np.asarray(self.upper.predict(matrix), dtype=float)
 
 
 def _offset(matrix: np.ndarray, fallback: float) -> np.ndarray:
@@ -76,10 +92,59 @@ def _offset(matrix: np.ndarray, fallback: float) -> np.ndarray:
     return out
 
 
+def conformity_scores(raw_upper: np.ndarray, runtimes: np.ndarray,
+                      req: np.ndarray) -> np.ndarray:
+    """``log(actual) - raw``; infinite for jobs that outran their request (never coverable)."""
+    y = log_seconds(runtimes)
+    scores: np.ndarray = np.where(runtimes <= np.where(req > 0, req, np.inf), y - raw_upper,
+                                  np.inf)
+    return scores
+
+
+def conformal_delta(scores: np.ndarray, quantile: float) -> float:
+    """The q-quantile of the scores, rounded up to an observed one (finite-sample safe)."""
+    if len(scores) == 0:
+        return 0.0
+    value = float(np.quantile(scores, quantile, method="higher"))
+    # All-infinite windows (every job outran its request) cannot be covered; add nothing.
+    return value if math.isfinite(value) else float(np.max(scores[np.isfinite(scores)],
+                                                           initial=0.0))
+
+
+class Calibrator:
+    """Re-derives the upper model's conformal delta from jobs as they finish.
+
+    ``add`` a finished job's score with its end time; ``delta(t)`` uses the most recent
+    ``window`` scores of jobs that ended at or before ``t`` and nothing later.
+    """
+
+    def __init__(self, quantile: float, window: int = CALIBRATION_WINDOW) -> None:
+        self.quantile = quantile
+        self.window = window
+        self.ends: list[float] = []
+        self.scores: list[float] = []
+
+    def extend(self, ends: np.ndarray, scores: np.ndarray) -> None:
+        """Add finished jobs (any order); kept sorted by end time."""
+        pairs = sorted(zip([*self.ends, *ends.tolist()], [*self.scores, *scores.tolist()],
+                           strict=True))
+        self.ends = [p[0] for p in pairs]
+        self.scores = [p[1] for p in pairs]
+
+    def delta(self, t: float) -> float:
+        """The delta a recalibration at time ``t`` would compute."""
+        n = int(np.searchsorted(np.asarray(self.ends), t, side="right"))
+        return conformal_delta(np.asarray(self.scores[max(0, n - self.window):n]),
+                               self.quantile)
+
+
 def train(matrix: np.ndarray, runtimes: Sequence[float] | np.ndarray, vocab: Vocabulary, *,
-          quantile: float = 0.9, meta: dict[str, Any] | None = None) -> JctModel:
-    """Fit both models on log runtimes."""
-    y = np.log(np.maximum(np.asarray(runtimes, dtype=float), 1.0))
+          req: Sequence[float] | np.ndarray | None = None, quantile: float = 0.9,
+          meta: dict[str, Any] | None = None) -> JctModel:
+    """Fit both models on log runtimes (``req``: requested seconds, for calibration)."""
+    seconds = np.asarray(runtimes, dtype=float)
+    y = log_seconds(seconds)
+    limits = np.zeros(len(y)) if req is None else np.asarray(req, dtype=float)
     if len(y) < 50:
         raise ModelError(f"only {len(y)} finished jobs to learn from; import more history "
                          "(arnold predictor import ...) before training")
@@ -97,19 +162,29 @@ def train(matrix: np.ndarray, runtimes: Sequence[float] | np.ndarray, vocab: Voc
     upper_params = PARAMS | {"objective": "quantile", "alpha": quantile}
     split = int(len(y) * 0.85)
     early = lgb.train(upper_params, dataset(slice(0, split)), ROUNDS)
-    residuals = y[split:] - early.predict(matrix[split:])
-    delta = float(np.quantile(residuals, quantile)) if len(residuals) else 0.0
+    scores = conformity_scores(np.asarray(early.predict(matrix[split:]), dtype=float),
+                               seconds[split:], limits[split:])
+    delta = conformal_delta(scores[-CALIBRATION_WINDOW:], quantile)
     upper = lgb.train(upper_params, dataset(slice(None)), ROUNDS)
     info = dict(meta or {}) | {"features": list(FEATURES), "quantile": quantile,
                                "train_jobs": len(y), "offset_fallback": fallback,
-                               "upper_delta": delta, "train_seconds": time.monotonic() - t0}
-    return JctModel(point, upper, vocab, info)
+                               "upper_delta": delta, "calibration_start": split,
+                               "train_seconds": time.monotonic() - t0}
+    return JctModel(point, upper, vocab, info, scores)
 
 
 def save(model: JctModel, directory: Path) -> None:
-    """Write the model next to ``directory`` and rename it into place (atomic swap)."""
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    """Write the model to a new version directory and swap it in atomically.
+
+    ``directory`` is a symbolic link to the serving version (``.<name>.<random>`` beside it).
+    The new version is written and fsynced in full, a fresh link to it is made, and
+    ``os.replace`` puts that link over ``directory`` in one step: a reader (or a crash) sees the
+    old model or the new one, never a mix or nothing. Old versions are removed afterwards.
+    """
+    parent = directory.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=parent))
+    link = parent / f".{directory.name}.link.{os.getpid()}"
     try:
         model.point.save_model(str(tmp / "point.txt"))
         model.upper.save_model(str(tmp / "upper.txt"))
@@ -118,15 +193,30 @@ def save(model: JctModel, directory: Path) -> None:
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
                 os.fsync(fh.fileno())
-        old = directory.with_name(f".{directory.name}.old")
-        if directory.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            os.rename(directory, old)
-        os.rename(tmp, directory)
-        shutil.rmtree(old, ignore_errors=True)
+        os.chmod(tmp, 0o755)
+        if directory.exists() and not directory.is_symlink():
+            # A plain directory (written by hand or by an old version): keep it as a version.
+            os.rename(directory, parent / f".{directory.name}.plain-{os.getpid()}")
+        link.unlink(missing_ok=True)
+        os.symlink(tmp.name, link)
+        os.replace(link, directory)
+        _fsync_dir(parent)
     except BaseException:
+        link.unlink(missing_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    # Versions no longer served, and leftovers of runs killed mid-write.
+    for old in parent.glob(f".{directory.name}.*"):
+        if old.name != tmp.name and old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def load(directory: Path) -> JctModel:

@@ -239,6 +239,29 @@ def _parse_duration_min(text: str) -> int | None:
     return days * 1440 + h * 60 + m + (1 if s else 0)
 
 
+def parse_time_limit(text: str) -> int | None:
+    """An sbatch ``--time`` value in seconds (``None`` for UNLIMITED); ``ValueError`` if bad.
+
+    sbatch's forms: ``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``.
+    """
+    text = text.strip()
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return None
+    days, rest = (text.split("-", 1) if "-" in text else ("", text))
+    parts = rest.split(":")
+    if not all(p.isdigit() for p in [*parts, *([days] if days else [])]) or len(parts) > 3:
+        raise ValueError(f"{text!r} is not a Slurm time ([D-]H:M:S, M:S or M)")
+    nums = [int(p) for p in parts]
+    if days:
+        h, m, sec = [*nums, 0, 0][:3]
+        return ((int(days) * 24 + h) * 60 + m) * 60 + sec
+    if len(nums) == 1:
+        return nums[0] * 60
+    if len(nums) == 2:
+        return nums[0] * 60 + nums[1]
+    return (nums[0] * 60 + nums[1]) * 60 + nums[2]
+
+
 def _parse_time(text: str) -> int | None:
     text = text.strip()
     if not text or text in ("N/A", "Unknown", "None", "(null)"):
