@@ -78,7 +78,8 @@ def sacct_records(slurm: Slurm, since: str | None) -> list[JobRecord]:
     return out
 
 
-def load_history(state: StateDB) -> list[JobRecord]:
-    """Every imported job, in submit order."""
+def load_history(state: StateDB, user: str | None = None) -> list[JobRecord]:
+    """Every imported job (or one user's), in submit order."""
+    where, args = ("user = ?", [user]) if user is not None else (None, [])
     return [JobRecord(**{k: row[k] for k in FIELDS})
-            for row in state.db.table("history").rows_where(order_by="submit")]
+            for row in state.db.table("history").rows_where(where, args, order_by="submit")]

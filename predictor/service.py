@@ -22,7 +22,7 @@ from predictor.model import JctModel, ModelError, load, metrics, save, train
 from predictor.swf import JobRecord
 from site_config import SiteConfig
 from slurm_arnold.errors import ArnoldError
-from slurm_arnold.slurm import Slurm
+from slurm_arnold.slurm import JobInfo, Slurm
 from slurm_arnold.state import StateDB
 
 #: A new model replaces the serving one unless its mae_log is worse by more than this share.
@@ -112,11 +112,16 @@ def job_from_queue(slurm: Slurm, job_id: int) -> tuple[JobRecord, dict[str, floa
     record = JobRecord(str(j.job_id), j.user, "", j.partition, "", j.name, now, None, None,
                        len(j.nodes) or None, None, None,
                        j.time_limit_min * 60 if j.time_limit_min else None, j.state, None)
-    active = [q for q in jobs if q.state in ("PENDING", "RUNNING", "CONFIGURING")]
-    load_now = {"active": float(len(active)),
-                "running": float(sum(q.state == "RUNNING" for q in jobs)),
-                "u_active": float(sum(q.user == j.user for q in active if q.job_id != job_id))}
-    return record, load_now
+    return record, queue_load(jobs, j.user, exclude=job_id)
+
+
+def queue_load(jobs: Sequence[JobInfo], user: str, exclude: int | None = None) -> dict[str, float]:
+    """The load features from the live queue: jobs active and running, and the user's active."""
+    active = [q for q in jobs if q.state in ("PENDING", "RUNNING", "CONFIGURING")
+              and q.job_id != exclude]
+    return {"active": float(len(active)),
+            "running": float(sum(q.state == "RUNNING" for q in active)),
+            "u_active": float(sum(q.user == user for q in active))}
 
 
 @contextmanager

@@ -295,6 +295,35 @@ def bench_placement(quick: bool, seed: int, docs: str, as_json: bool) -> None:
                    f"gap<=1% {v['proven_or_gap_1pct']}/{v['cases']}, time {v['time_share']}")
 
 
+@bench.command("predictor")
+@click.option("--quick", is_flag=True, help="A small smoke run (does not touch the docs).")
+@click.option("--size", type=click.IntRange(min=1000), default=450_000, show_default=True,
+              help="Jobs in the history.")
+@click.option("--data", type=click.Path(file_okay=False), default="../shared/data/swf",
+              show_default=True, help="Where the shared SWF logs are.")
+@click.option("--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md",
+              show_default=True, help="Where the full run writes its table.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_predictor(quick: bool, size: int, data: str, docs: str, as_json: bool) -> None:
+    """Training time on a large history and prediction latency."""
+    from benchmarks.placement import write_section
+    from benchmarks.predictor import accuracy, accuracy_markdown, markdown, run
+
+    result = run(5000 if quick else size, Path(data), probes=20 if quick else 200)
+    if not quick:
+        command = "arnold bench predictor" + (f" --size {size}" if size != 450_000 else "")
+        result["accuracy"] = accuracy(Path(data))
+        write_section(Path(docs), "predictor-accuracy",
+                      accuracy_markdown(result["accuracy"], command))
+        write_section(Path(docs), "predictor", markdown(result, command))
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    click.echo(f"{result['jobs']} jobs ({result['origin']}): features + training "
+               f"{result['train_total_s']} s; one prediction p95 {result['single_ms_p95']} ms; "
+               f"predict path p95 {result['predict_path_ms_p95']} ms")
+
+
 @main.command("jobs")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
               help="How many of the most recent jobs.")
@@ -473,7 +502,7 @@ def predictor_predict(job_id: int | None, user: str | None, time_limit: str | No
     import time as clock
 
     from predictor.history import load_history
-    from predictor.service import job_from_queue, load_serving, predict_job
+    from predictor.service import job_from_queue, load_serving, predict_job, queue_load
     from predictor.swf import JobRecord
     from slurm_arnold.slurm import parse_time_limit
     from slurm_arnold.state import StateDB
@@ -493,7 +522,15 @@ def predictor_predict(job_id: int | None, user: str | None, time_limit: str | No
         job = JobRecord("spec", user or getpass.getuser(), group, partition, qos, "",
                         int(clock.time()), None, None, None, None, procs, seconds,
                         "PENDING", None)
-    history = load_history(StateDB(config.db_path))
+    if load_now is None:
+        try:
+            load_now = queue_load(Slurm().jobs(), job.user)
+        except ArnoldError as exc:
+            click.echo(f"arnold: no live queue ({exc}); queue-load features taken as empty",
+                       err=True)
+            load_now = {"active": 0.0, "running": 0.0, "u_active": 0.0}
+    # Only the user's own history matters once the load comes from the queue.
+    history = load_history(StateDB(config.db_path), user=job.user)
     pred = predict_job(model, job, history, load_now)
     if as_json:
         click.echo(json.dumps(pred.as_dict()))

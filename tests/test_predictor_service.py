@@ -195,7 +195,7 @@ def test_sacct_import_from_the_live_cluster(slurm: Slurm, state_dir: Path) -> No
     deadline = time.monotonic() + 60
     found: list[JobRecord] = []
     while not found and time.monotonic() < deadline:
-        code, _, err = _run("predictor", "import", "sacct")
+        code, _, err = _run("predictor", "import", "sacct", "--since", "now-1days")
         assert code == 0, err
         found = [j for j in load_history(StateDB(state_dir / "arnold.db"))
                  if j.job_id == str(job_id)]
@@ -208,3 +208,44 @@ def test_sacct_import_from_the_live_cluster(slurm: Slurm, state_dir: Path) -> No
     assert (job.end or 0) - (job.start or 0) >= 1
     code, _, err = _run("predictor", "import", "sacct")
     assert code == 0 and "imported 0 new jobs" in err
+
+
+def test_bench_predictor_quick(state_dir: Path) -> None:
+    code, out, err = _run("bench", "predictor", "--quick", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["jobs"] == 5000 and doc["train_total_s"] > 0
+    assert 0 < doc["single_ms_p50"] <= doc["single_ms_p95"]
+
+
+@pytest.mark.live
+def test_predict_a_pending_job_of_the_live_queue(slurm: Slurm, state_dir: Path,
+                                                 tmp_path: Path) -> None:
+    _run("predictor", "import", "swf", str(_swf(tmp_path / "a.swf")))
+    _run("predictor", "retrain", "--no-import")
+    job_id = slurm.submit(["--hold", "-N", "1", "-t", "45", "-o", "/dev/null"],
+                          "#!/bin/bash\ntrue\n")
+    try:
+        code, out, err = _run("predictor", "predict", "--job", str(job_id), "--json")
+    finally:
+        slurm.cancel(job_id)
+    assert code == 0, err
+    pred = json.loads(out)
+    assert pred["requested_s"] == 2700 and pred["upper_s"] <= 2700
+    code, _, err = _run("predictor", "predict", "--job", "999999999")
+    assert code == 1 and "not in the queue" in err
+
+
+def test_schedule_examples_run_real_commands() -> None:
+    examples = REPO / "site_config" / "schedule"
+    lines = [(examples / "arnold-retrain.scrontab").read_text().splitlines()[-1],
+             next(line for line in (examples / "arnold-retrain.service").read_text().splitlines()
+                  if line.startswith("ExecStart="))]
+    for line in lines:
+        argv = line.split("/opt/slurm-arnold/bin/arnold ", 1)[1].split()
+        result = CliRunner().invoke(main, [*argv[:2], "--help"])
+        assert result.exit_code == 0, (line, result.output)
+        options = [a for a in argv[2:] if a.startswith("--")]
+        assert all(o in result.output for o in options), (line, result.output)
+    cron = lines[0].split()[:5]
+    assert len(cron) == 5 and all(f == "*" or f.isdigit() for f in cron)
