@@ -89,6 +89,11 @@ class Vocabulary:
             for name, value in zip(CATEGORICAL, _cats(job), strict=True):
                 self.codes[name].setdefault(value, len(self.codes[name]))
 
+    def add(self, job: JobRecord) -> None:
+        """Give ``job``'s categorical values codes if they have none (codes never change)."""
+        for name, value in zip(CATEGORICAL, _cats(job), strict=True):
+            self.codes[name].setdefault(value, len(self.codes[name]))
+
     def code(self, name: str, value: str) -> float:
         """The code of ``value``, NaN when unseen."""
         code = self.codes[name].get(value)
@@ -97,6 +102,33 @@ class Vocabulary:
 
 def _cats(job: JobRecord) -> tuple[str, str, str, str]:
     return job.user, job.group, job.qos, job.partition
+
+
+def fill_row(row: np.ndarray, job: JobRecord, h: UserHistory, vocab: Vocabulary, *,
+             user_active: float, active: float, running: float) -> float | None:
+    """Write ``job``'s features into ``row`` from its user's history ``h`` (finished jobs
+    only) and the load at its submit; return the user's last-two mean (s), if any."""
+    t = job.submit
+    rts = list(h.runtimes)
+    ratios = [r / q for r, q in zip(rts, h.reqs, strict=True) if q]
+    row[0] = _log(job.time_limit)
+    row[1] = _log(job.procs or job.gpus)
+    for c, (name, value) in enumerate(zip(CATEGORICAL, _cats(job), strict=True)):
+        row[2 + c] = vocab.code(name, value)
+    row[6] = _log(rts[-1]) if rts else NAN
+    last2 = h.last2_seconds()
+    row[7] = _log(last2)
+    row[8] = sum(_log(r) for r in rts) / len(rts) if rts else NAN
+    row[9] = _log(h.last_by_req.get(job.time_limit))
+    row[10] = sum(ratios) / len(ratios) if ratios else NAN
+    row[11] = float(h.reqs[-1] == job.time_limit) if h.reqs else NAN
+    row[12] = math.log1p(h.count)
+    row[13] = float(user_active)
+    row[14] = float(active)
+    row[15] = float(running)
+    row[16] = (t % 86400) / 3600.0
+    row[17] = float((t // 86400 + 4) % 7)  # 1970-01-01 was a Thursday
+    return last2
 
 
 def compute(jobs: Sequence[JobRecord], vocab: Vocabulary) -> tuple[np.ndarray, list[float | None]]:
@@ -129,27 +161,11 @@ def compute(jobs: Sequence[JobRecord], vocab: Vocabulary) -> tuple[np.ndarray, l
         opened = user_open[job.user]
         while opened and opened[0] <= t:
             heapq.heappop(opened)
-        rts = list(h.runtimes)
-        ratios = [r / q for r, q in zip(rts, h.reqs, strict=True) if q]
-        row = matrix[i]
-        row[0] = _log(job.time_limit)
-        row[1] = _log(job.procs or job.gpus)
-        for c, (name, value) in enumerate(zip(CATEGORICAL, _cats(job), strict=True)):
-            row[2 + c] = vocab.code(name, value)
-        row[6] = _log(rts[-1]) if rts else NAN
-        last2[i] = h.last2_seconds()
-        row[7] = _log(last2[i])
-        row[8] = sum(_log(r) for r in rts) / len(rts) if rts else NAN
-        row[9] = _log(h.last_by_req.get(job.time_limit))
-        row[10] = sum(ratios) / len(ratios) if ratios else NAN
-        row[11] = float(h.reqs[-1] == job.time_limit) if h.reqs else NAN
-        row[12] = math.log1p(h.count)
-        row[13] = float(len(opened))
         ended = float(np.searchsorted(ends, t, side="right"))
-        row[14] = float(np.searchsorted(submits, t, side="right")) - ended
-        row[15] = float(np.searchsorted(starts_ended, t, side="right")) - ended
-        row[16] = (t % 86400) / 3600.0
-        row[17] = float((t // 86400 + 4) % 7)  # 1970-01-01 was a Thursday
+        active = float(np.searchsorted(submits, t, side="right")) - ended
+        running = float(np.searchsorted(starts_ended, t, side="right")) - ended
+        last2[i] = fill_row(matrix[i], job, h, vocab, user_active=len(opened), active=active,
+                            running=running)
         if job.end is not None:
             heapq.heappush(opened, job.end)
     return matrix, last2

@@ -140,8 +140,11 @@ class Calibrator:
 
 def train(matrix: np.ndarray, runtimes: Sequence[float] | np.ndarray, vocab: Vocabulary, *,
           req: Sequence[float] | np.ndarray | None = None, quantile: float = 0.9,
-          meta: dict[str, Any] | None = None) -> JctModel:
-    """Fit both models on log runtimes (``req``: requested seconds, for calibration)."""
+          meta: dict[str, Any] | None = None, rounds: int = ROUNDS) -> JctModel:
+    """Fit both models on log runtimes (``req``: requested seconds, for calibration).
+
+    ``rounds``: boosting rounds of each model (the simulator, which retrains every simulated
+    day, uses fewer)."""
     seconds = np.asarray(runtimes, dtype=float)
     y = log_seconds(seconds)
     limits = np.zeros(len(y)) if req is None else np.asarray(req, dtype=float)
@@ -158,14 +161,14 @@ def train(matrix: np.ndarray, runtimes: Sequence[float] | np.ndarray, vocab: Voc
     fallback = float(np.mean(y))
     offset = _offset(matrix, fallback)
     point = lgb.train(PARAMS | {"objective": "regression_l1"}, dataset(slice(None), offset),
-                      ROUNDS)
+                      rounds)
     upper_params = PARAMS | {"objective": "quantile", "alpha": quantile}
     split = int(len(y) * 0.85)
-    early = lgb.train(upper_params, dataset(slice(0, split)), ROUNDS)
+    early = lgb.train(upper_params, dataset(slice(0, split)), rounds)
     scores = conformity_scores(np.asarray(early.predict(matrix[split:]), dtype=float),
                                seconds[split:], limits[split:])
     delta = conformal_delta(scores[-CALIBRATION_WINDOW:], quantile)
-    upper = lgb.train(upper_params, dataset(slice(None)), ROUNDS)
+    upper = lgb.train(upper_params, dataset(slice(None)), rounds)
     info = dict(meta or {}) | {"features": list(FEATURES), "quantile": quantile,
                                "train_jobs": len(y), "offset_fallback": fallback,
                                "upper_delta": delta, "calibration_start": split,

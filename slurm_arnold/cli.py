@@ -324,6 +324,82 @@ def bench_predictor(quick: bool, size: int, data: str, docs: str, as_json: bool)
                f"predict path p95 {result['predict_path_ms_p95']} ms")
 
 
+@main.command("sim")
+@click.option("--swf", "swf_file", type=click.Path(dir_okay=False, exists=True),
+              help="A Standard Workload Format log (plain or .gz).")
+@click.option("--csv", "csv_file", type=click.Path(dir_okay=False, exists=True),
+              help="A CSV job history with the documented header.")
+@click.option("--topology", "topology_file", type=click.Path(dir_okay=False, exists=True),
+              required=True, help="The fat tree to replay on (topology.conf format).")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True,
+              help="GPUs per node.")
+@click.option("--gpus-per-proc", type=click.FloatRange(min=0, min_open=True), default=1.0,
+              show_default=True, help="GPUs per processor of the log.")
+@click.option("--lpj-gpus", type=click.IntRange(min=1), default=256, show_default=True,
+              help="A job with at least this many GPUs is a large job (LPJ).")
+@click.option("--policy", type=click.Choice(["slurm", "arnold"]), required=True,
+              help="Slurm's backfill, or Arnold's reservations on top of it.")
+@click.option("--predictor", "predictor_name",
+              type=click.Choice(["requested", "last2", "model", "model_q", "oracle"]),
+              help="Run-time predictor [default: model_q for arnold, requested for slurm].")
+@click.option("--mode", type=click.Choice(["share", "shrink"]), default="share",
+              show_default=True, help="What an admitted short job risks (arnold only).")
+@click.option("--placement", type=click.Choice(["mip", "best-fit", "random-fit", "gpu-packing",
+                                                "topo-aware"]),
+              default="mip", show_default=True, help="How arnold lays out an LPJ.")
+@click.option("--minipod-level", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Switch level that forms a minipod.")
+@click.option("--depth", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Pending jobs tested per scheduling pass (bf_max_job_test).")
+@click.option("--max-reservations", type=click.IntRange(min=0), default=4, show_default=True,
+              help="LPJ reservations at once (arnold).")
+@click.option("--spread-weight-h", type=click.FloatRange(min=0), default=1.0,
+              show_default=True, help="Hours of expected wait one unit of spread is worth.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
+            gpus_per_node: int, gpus_per_proc: float, lpj_gpus: int, policy: str,
+            predictor_name: str | None, mode: str, placement: str, minipod_level: int,
+            depth: int, max_reservations: int, spread_weight_h: float, as_json: bool) -> None:
+    """Replay a job log on a fat tree under Slurm's backfill or Arnold's policy."""
+    from predictor.swf import BadLine, JobRecord
+    from slurm_arnold.sim.cluster import SimCluster
+    from slurm_arnold.sim.engine import SimSettings, simulate
+    from slurm_arnold.sim.jobs import build_workload
+
+    items = _read_log(swf_file, csv_file)
+    bad = [i for i in items if isinstance(i, BadLine)]
+    if bad:
+        click.echo(f"arnold: {len(bad)} unreadable lines skipped (first: line {bad[0].line}: "
+                   f"{bad[0].problem})", err=True)
+    topo = read_topology_file(topology_file, minipod_level=minipod_level)
+    cluster = SimCluster(topo, gpus_per_node)
+    workload = build_workload([i for i in items if isinstance(i, JobRecord)],
+                              gpus_per_node=gpus_per_node, gpus_per_proc=gpus_per_proc,
+                              cluster_gpus=cluster.total_gpus, lpj_gpus=lpj_gpus)
+    settings = SimSettings(policy=policy, mode=mode, placement=placement,
+                           predictor=predictor_name or ("model_q" if policy == "arnold"
+                                                        else "requested"),
+                           depth=depth, max_reservations=max_reservations,
+                           spread_weight_h=spread_weight_h)
+    with _progress() as bar:
+        task = bar.add_task(f"sim {policy}", total=len(workload.jobs))
+        result = simulate(cluster, workload, settings, progress=lambda n: bar.advance(task, n))
+    result["n_bad_lines"] = len(bad)
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    table = Table(title=f"{policy} ({settings.predictor}"
+                        + (f", {mode}" if policy == "arnold" else "") + f"): "
+                        f"{result['jobs']} jobs, {result['lpjs']} LPJs")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key in ("utilization", "mean_wait_h", "bounded_slowdown", "lpj_mean_wait_h",
+                "lpj_p95_wait_h", "lpj_mean_weighted_spread", "backfilled_in_reservations",
+                "lpj_delay_h_from_mispredictions", "killed_jobs", "dropped_jobs"):
+        table.add_row(key, str(result[key]))
+    Console(soft_wrap=True).print(table)
+
+
 @main.command("jobs")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
               help="How many of the most recent jobs.")

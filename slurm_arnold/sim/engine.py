@@ -1,0 +1,484 @@
+"""``arnold sim``: a discrete-event replay of a job log on a fat tree, under two policies.
+
+**slurm** approximates Slurm's ``sched/backfill`` with ``topology/tree``:
+
+- Priority is submit order (FIFO; no fair share, QOS, partitions or preemption).
+- A scheduling pass runs at every simulated instant where a job ends or is submitted (after
+  all ends, then all submits, of that instant). It tests the first ``depth`` pending jobs in
+  priority order (like ``bf_max_job_test``). A job starts at once if enough resources are free
+  and it would not delay any planned start (below).
+- The first ``plan_ahead`` jobs that cannot start get a planned start: the earliest time at
+  which enough nodes are free if every running job runs to its **time limit** (what
+  backfill knows), on the nodes tree-fit would pick then. A later job may start now only on
+  nodes outside those plans, or if it ends (by its limit) before the planned start.
+- Node choice is topology/tree's: the lowest switch level with room, best fit there, the
+  fullest leaves first (``SimCluster.tree_fit``). Jobs of fewer than g GPUs share nodes (best
+  fit by free GPUs); larger jobs take whole nodes (``--exclusive``).
+- Jobs end at their run time, cut at their time limit (Slurm enforces limits; the logs' few
+  overruns are cut). Not modelled: the main scheduler's separate cadence (``bf_interval``:
+  passes here are instant), job arrays, dependencies, node failures, resizing, suspend.
+
+**arnold** is the same backfill plus :mod:`reservations.policy` for large jobs (LPJs): an
+LPJ that can start now is placed by the placement engine on the free nodes; one that cannot
+gets a reservation (at most ``max_reservations`` at once, in priority order) on nodes chosen
+by predicted drain time and spread; the reserved nodes take no new jobs except short ones the
+predictor admits; the LPJ starts when all its nodes are free.
+
+LPJ layout for its spread: TP = g, PP = 4 (2 or 1 when the nodes do not divide), DP = nodes/PP,
+alpha = 0.5. Under slurm the rank order is Megatron's default over tree-fit's node order.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from reservations.policy import admits, choose_reservation, expected_end, shrunk_limit
+from slurm_arnold.errors import InfeasibleError
+from slurm_arnold.placement import JobShape, place
+from slurm_arnold.placement.engine import place_from_node_list
+from slurm_arnold.sim.cluster import SimCluster
+from slurm_arnold.sim.jobs import SimJob, Workload
+from slurm_arnold.sim.predictors import OnlinePredictor
+
+END, SUBMIT = 0, 1
+BSLD_TAU = 10.0  # seconds: the bounded-slowdown floor for very short jobs
+
+
+@dataclass
+class SimSettings:
+    """Everything that shapes one simulation run."""
+
+    policy: str = "slurm"
+    predictor: str = "requested"
+    mode: str = "share"
+    placement: str = "mip"
+    alpha: float = 0.5
+    depth: int = 100
+    plan_ahead: int = 8
+    max_reservations: int = 4
+    placement_time_limit: float = 1.0
+    spread_weight_h: float = 1.0
+    reserve_horizon_h: float = 4.0
+    replan_gain_s: float = 600.0
+    quantile: float = 0.9
+
+
+@dataclass
+class Reservation:
+    """An LPJ's reservation in the simulation."""
+
+    rid: int
+    job: SimJob
+    nodes: np.ndarray  # node indices
+    cells: dict[tuple[int, int], list[str]]
+    spread: float
+    created: float
+    admitted: set[int] = field(default_factory=set)
+    declined_at: int = 0  # free nodes when starting elsewhere was last judged worse
+    earliest: float = 0.0  # the earliest drain of any n eligible nodes when it was planned
+    promised: float = 0.0  # latest predicted end of a job admitted into it
+
+
+@dataclass
+class _Plan:
+    start: float
+    end: float
+    mask: np.ndarray
+
+
+class Simulation:
+    """One replay. ``run()`` returns the metrics object of ``arnold sim --json``."""
+
+    def __init__(self, cluster: SimCluster, workload: Workload, settings: SimSettings,
+                 progress: Callable[[int], None] | None = None) -> None:
+        if settings.policy not in ("slurm", "arnold"):
+            raise InfeasibleError(f"unknown policy {settings.policy!r}; use slurm or arnold")
+        self.c = cluster
+        self.w = workload
+        self.s = settings
+        self.jobs = workload.jobs
+        self.pred = OnlinePredictor(settings.predictor, quantile=settings.quantile)
+        self.progress = progress
+        self.now = 0.0
+        self.queue: list[SimJob] = []
+        self.running: dict[int, SimJob] = {}
+        self.node_jobs: list[set[int]] = [set() for _ in range(cluster.n)]
+        self.limit_end = np.zeros(cluster.n)  # latest end by time limit of a node's jobs
+        self.nonadmitted_free = np.zeros(cluster.n)  # last time a non-admitted job left it
+        self.reservations: dict[int, Reservation] = {}
+        self.res_of_job: dict[int, int] = {}
+        self.next_rid = 0
+        self.events: list[tuple[float, int, int, int]] = []
+        self.seq = 0
+        self.log: list[tuple[int, tuple[int, ...], int, float, float]] = []
+        self.backfilled_in_reservations = 0
+        self.killed = 0
+        self.lpj_delay = 0.0
+        self.lpj_admission_delay = 0.0
+        self.replans = 0
+        self.user_active: dict[str, int] = {}
+
+    # -- events ---------------------------------------------------------------------------
+    def _push(self, t: float, kind: int, job: SimJob) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, kind, self.seq, job.index))
+
+    def run(self) -> dict[str, Any]:
+        """Replay every job; return the metrics."""
+        for job in self.jobs:
+            self._push(job.submit, SUBMIT, job)
+        done = 0
+        while self.events:
+            t = self.events[0][0]
+            self.now = t
+            while self.events and self.events[0][0] == t:
+                _, kind, _, index = heapq.heappop(self.events)
+                job = self.jobs[index]
+                if kind == END:
+                    self._end(job)
+                    done += 1
+                    if self.progress:
+                        self.progress(1)
+                else:
+                    self._submit(job)
+            self._pass()
+        unfinished = [j for j in self.jobs if j.end is None]
+        if unfinished:  # pragma: no cover - a bug, not an outcome
+            raise AssertionError(f"{len(unfinished)} jobs never ran (first {unfinished[0]})")
+        return self.metrics()
+
+    def _submit(self, job: SimJob) -> None:
+        active = len(self.queue) + len(self.running)
+        self.pred.observe_submit(job, user_active=self.user_active.get(job.user, 0),
+                                 active=active, running=len(self.running))
+        self.user_active[job.user] = self.user_active.get(job.user, 0) + 1
+        self.queue.append(job)
+
+    def _end(self, job: SimJob) -> None:
+        del self.running[job.index]
+        self.c.give(job.node_ids, job.gpus_each)
+        for i in job.node_ids:
+            self.node_jobs[i].discard(job.index)
+            self.limit_end[i] = max((self._limit_end(self.jobs[k]) for k in self.node_jobs[i]),
+                                    default=0.0)
+            if job.admitted_to is None:
+                self.nonadmitted_free[i] = self.now
+        self.user_active[job.user] -= 1
+        self.pred.observe_end(job)
+        self.pred.forget(job)
+
+    @staticmethod
+    def _limit_end(job: SimJob) -> float:
+        assert job.start is not None
+        return job.start + job.limit
+
+    # -- starting jobs --------------------------------------------------------------------
+    def _start(self, job: SimJob, nodes: Sequence[int], *, limit: float | None = None,
+               admitted_to: int | None = None) -> None:
+        gpus_each = self.c.g if job.nodes else job.gpus
+        self.c.take(nodes, gpus_each)
+        job.node_ids = list(nodes)
+        job.gpus_each = gpus_each
+        job.start = self.now
+        job.admitted_to = admitted_to
+        run = job.runtime
+        if limit is not None and limit < job.runtime:
+            run, job.killed = limit, True
+            self.killed += 1
+        if limit is not None:
+            job.limit = limit
+        job.end = self.now + run
+        self.running[job.index] = job
+        for i in nodes:
+            self.node_jobs[i].add(job.index)
+            self.limit_end[i] = max(self.limit_end[i], self.now + job.limit)
+        self.queue.remove(job)
+        self.log.append((job.index, tuple(nodes), gpus_each, job.start, job.end))
+        self._push(job.end, END, job)
+
+    def _candidates(self, job: SimJob) -> np.ndarray:
+        """Nodes this job could use now, ignoring plans and reservations."""
+        if job.nodes:
+            return self.c.whole_free()
+        mask: np.ndarray = self.c.free_gpus >= job.gpus
+        return mask
+
+    def _choose(self, job: SimJob, mask: np.ndarray) -> list[int] | None:
+        if job.nodes:
+            return self.c.tree_fit(mask, job.nodes)
+        i = self.c.best_fit_node(mask, job.gpus)
+        return None if i is None else [i]
+
+    # -- the scheduling pass --------------------------------------------------------------
+    def _pass(self) -> None:
+        self.pred.maybe_retrain(self.now)
+        if self.s.policy == "arnold":
+            self._start_drained_reservations()
+            self._replan_reservations()
+        plans: list[_Plan] = []
+        blocked_jobs: list[SimJob] = []  # cannot start; planned lazily
+        planned_upto = 0
+        free_whole = int(np.count_nonzero(self.c.whole_free() & ~self.c.blocked))
+        free_gpus = int(self.c.free_gpus[~self.c.blocked].sum())
+        reserved_idle = bool(self.reservations) and bool(
+            (self.c.blocked & (self.c.free_gpus > 0)).any())
+        for job in list(self.queue[: self.s.depth]):
+            if self.s.policy == "arnold" and job.lpj:
+                if self._start_lpj_now(job):
+                    free_whole = int(np.count_nonzero(self.c.whole_free() & ~self.c.blocked))
+                    free_gpus = int(self.c.free_gpus[~self.c.blocked].sum())
+                    continue
+                if job.index in self.res_of_job:
+                    continue
+                if len(self.reservations) < self.s.max_reservations and self._reserve(job):
+                    free_whole = int(np.count_nonzero(self.c.whole_free() & ~self.c.blocked))
+                    free_gpus = int(self.c.free_gpus[~self.c.blocked].sum())
+                    reserved_idle = True
+                    continue
+                # No reservation to be had now: it waits as Slurm would have it wait.
+                blocked_jobs.append(job)
+                continue
+            fits_somewhere = (job.nodes <= free_whole) if job.nodes else (job.gpus <= free_gpus)
+            if fits_somewhere:
+                # Plans of the jobs ahead that could not start are made only now, when a later
+                # job might start (most passes on a full cluster never need them).
+                while planned_upto < len(blocked_jobs) and len(plans) < self.s.plan_ahead:
+                    plan = self._plan(blocked_jobs[planned_upto], plans)
+                    planned_upto += 1
+                    if plan is not None:
+                        plans.append(plan)
+                mask = self._candidates(job) & ~self.c.blocked
+                for p in plans:
+                    if self.now + job.limit > p.start:
+                        mask &= ~p.mask
+                nodes = self._choose(job, mask)
+                if nodes is not None:
+                    self._start(job, nodes)
+                    free_whole = int(np.count_nonzero(self.c.whole_free() & ~self.c.blocked))
+                    free_gpus = int(self.c.free_gpus[~self.c.blocked].sum())
+                    continue
+            if reserved_idle and self._admit(job):
+                continue
+            if job.nodes:
+                blocked_jobs.append(job)
+
+    def _plan(self, job: SimJob, plans: Sequence[_Plan]) -> _Plan | None:
+        """Backfill's planned start: when enough nodes are free if jobs run to their limits."""
+        avail = np.where(self.c.whole_free(), self.now, np.maximum(self.limit_end, self.now))
+        avail = np.where(self.c.blocked, np.inf, avail)
+        for p in plans:
+            avail = np.where(p.mask, np.maximum(avail, p.end), avail)
+        finite = np.sort(avail[np.isfinite(avail)])
+        if len(finite) < job.nodes:
+            return None
+        start = float(finite[job.nodes - 1])
+        nodes = self.c.tree_fit(avail <= start, job.nodes)
+        if nodes is None:  # pragma: no cover - the count above guarantees a fit
+            return None
+        mask = np.zeros(self.c.n, dtype=bool)
+        mask[nodes] = True
+        return _Plan(start, start + job.limit, mask)
+
+    # -- Arnold's reservations ------------------------------------------------------------
+    def _shape(self, job: SimJob) -> JobShape:
+        pp, dp = job.layout()
+        return JobShape(self.c.g, pp, dp, self.c.g)
+
+    def _start_lpj_now(self, job: SimJob) -> bool:
+        """Start an LPJ at once when enough nodes are free (its own reserved ones included),
+        unless waiting for its reservation is cheaper by the policy's rule."""
+        res = self.reservations.get(self.res_of_job.get(job.index, -1))
+        pool = self.c.whole_free() & ~self.c.blocked
+        if res is not None:
+            own = np.zeros(self.c.n, dtype=bool)
+            own[res.nodes] = True
+            pool |= own & self.c.whole_free()
+        count = int(pool.sum())
+        if count < job.nodes or (res is not None and count <= res.declined_at):
+            return False
+        names = [self.c.names[i] for i in np.flatnonzero(pool)]
+        placement = place(self.c.topology, names, self._shape(job), algo=self.s.placement,
+                          alpha=self.s.alpha, time_limit=self.s.placement_time_limit)
+        if res is not None:
+            wait_h = (self._expected_start(res, self._drain(admitted=False)) - self.now) / 3600.0
+            if (self.s.spread_weight_h * placement.metrics.weighted_spread
+                    > wait_h + self.s.spread_weight_h * res.spread):
+                res.declined_at = count
+                return False
+            self._release(res)
+        job.weighted_spread = placement.metrics.weighted_spread
+        self._start(job, [self.c.index[n] for n in placement.nodes()])
+        return True
+
+    def _release(self, res: Reservation) -> None:
+        # Jobs admitted into it that still run are ordinary jobs from now on: a later
+        # reservation on their nodes must wait for them like for any other job.
+        for index in res.admitted:
+            if index in self.running:
+                self.running[index].admitted_to = None
+        self.c.blocked[res.nodes] = False
+        del self.reservations[res.rid]
+        del self.res_of_job[res.job.index]
+
+    def _drain(self, *, admitted: bool = True) -> np.ndarray:
+        """Each node's predicted drain time (0 when idle); ``admitted=False`` leaves out jobs
+        admitted into reservations, whose ends must not push an LPJ's expected start later
+        (else each admission would stretch the window for the next)."""
+        drain = np.zeros(self.c.n)
+        for job in self.running.values():
+            if not admitted and job.admitted_to is not None:
+                continue
+            assert job.start is not None
+            end = expected_end(job.start, self.pred.predict(job), job.limit, self.now)
+            for i in job.node_ids:
+                if end > drain[i]:
+                    drain[i] = end
+        return drain
+
+    def _reserve(self, job: SimJob) -> bool:
+        eligible = ~self.c.blocked
+        if int(eligible.sum()) < job.nodes:
+            return False  # other reservations hold too much; it waits for one to start
+        choice = choose_reservation(
+            self.c.topology, self.c.names, self._drain(), eligible, self.now, self._shape(job),
+            algo=self.s.placement, alpha=self.s.alpha, time_limit=self.s.placement_time_limit,
+            spread_weight_h=self.s.spread_weight_h, horizon_s=self.s.reserve_horizon_h * 3600)
+        if choice is None:
+            return False  # not imminent: holding nodes idle that long costs more than it buys
+        nodes = np.array([self.c.index[n] for n in choice.nodes], dtype=np.int64)
+        res = Reservation(self.next_rid, job, nodes, choice.placement.cells,
+                          choice.placement.metrics.weighted_spread, self.now,
+                          earliest=choice.candidates[0][1])
+        self.next_rid += 1
+        self.reservations[res.rid] = res
+        self.res_of_job[job.index] = res.rid
+        self.c.blocked[nodes] = True
+        return True
+
+    def _expected_start(self, res: Reservation, drain: np.ndarray) -> float:
+        return max(self.now, float(drain[res.nodes].max()))
+
+    def _replan_reservations(self) -> None:
+        """Move a reservation when other nodes would now drain clearly sooner (jobs ended
+        early): Slurm's own plans are recomputed every pass, and a fixed node set would lose
+        that."""
+        if not self.reservations:
+            return
+        drain = self._drain()
+        for res in list(self.reservations.values()):
+            own = np.zeros(self.c.n, dtype=bool)
+            own[res.nodes] = True
+            eligible = ~self.c.blocked | own
+            when = np.sort(np.maximum(drain[eligible], self.now))
+            if len(when) < res.job.nodes:
+                continue
+            fresh = float(when[res.job.nodes - 1])
+            # Against the earliest drain seen when it was planned, not its expected start:
+            # the choice may wait on purpose (for spread), and must not be redone each pass.
+            if fresh < res.earliest - self.s.replan_gain_s:
+                self._release(res)
+                if not self._reserve(res.job):
+                    continue
+                self.replans += 1
+
+    def _start_drained_reservations(self) -> None:
+        for res in list(self.reservations.values()):
+            if bool((self.c.free_gpus[res.nodes] == self.c.g).all()):
+                self._release(res)
+                job = res.job
+                job.weighted_spread = res.spread
+                order = [self.c.index[n] for _, ns in sorted(res.cells.items()) for n in ns]
+                ready = max(res.created, float(self.nonadmitted_free[res.nodes].max()))
+                if res.admitted:
+                    # Admissions held the LPJ past the moment its nodes were otherwise free;
+                    # the part past what the admitted jobs were predicted to need is the
+                    # mispredictions' (share mode; in shrink mode they are cut instead).
+                    self.lpj_admission_delay += max(0.0, self.now - ready)
+                    self.lpj_delay += max(0.0, self.now - max(ready, res.promised))
+                self._start(job, order)
+
+    def _admit(self, job: SimJob) -> bool:
+        """Try to start a short job on idle reserved nodes (the predictor's gate)."""
+        drain: np.ndarray | None = None
+        predicted = self.pred.predict(job)
+        for res in self.reservations.values():
+            mask = np.zeros(self.c.n, dtype=bool)
+            mask[res.nodes] = True
+            mask &= self._candidates(job)
+            if not mask.any():
+                continue
+            if drain is None:
+                drain = self._drain(admitted=False)
+            expected = self._expected_start(res, drain)
+            if not admits(self.now, predicted, expected):
+                continue
+            nodes = self._choose(job, mask)
+            if nodes is None:
+                continue
+            limit = shrunk_limit(self.now, expected) if self.s.mode == "shrink" else None
+            if limit is not None and limit >= job.limit:
+                limit = None
+            self._start(job, nodes, limit=limit, admitted_to=res.rid)
+            res.admitted.add(job.index)
+            res.promised = max(res.promised, self.now + predicted)
+            self.backfilled_in_reservations += 1
+            return True
+        return False
+
+    # -- results --------------------------------------------------------------------------
+    def metrics(self) -> dict[str, Any]:
+        """The ``arnold sim --json`` object."""
+        jobs = self.jobs
+        waits = np.array([(j.start or 0) - j.submit for j in jobs]) / 3600.0
+        runs = np.array([(j.end or 0) - (j.start or 0) for j in jobs])
+        bsld = np.maximum(1.0, (waits * 3600 + runs) / np.maximum(runs, BSLD_TAU))
+        first = min((j.submit for j in jobs), default=0.0)
+        last = max((j.end or 0 for j in jobs), default=0.0)
+        used = float(sum(((j.end or 0) - (j.start or 0)) * j.gpus_each * len(j.node_ids)
+                         for j in jobs))
+        span = max(last - first, 1e-9)
+        lpj = [j for j in jobs if j.lpj]
+        lpj_waits = np.array([(j.start or 0) - j.submit for j in lpj]) / 3600.0
+        spreads = [self._lpj_spread(j) for j in lpj]
+        return {
+            "utilization": round(used / (self.c.total_gpus * span), 6) if jobs else 0.0,
+            "mean_wait_h": round(float(waits.mean()), 6) if jobs else 0.0,
+            "bounded_slowdown": round(float(bsld.mean()), 6) if jobs else 0.0,
+            "lpj_mean_wait_h": round(float(lpj_waits.mean()), 6) if lpj else 0.0,
+            "lpj_p95_wait_h": round(float(np.quantile(lpj_waits, 0.95)), 6) if lpj else 0.0,
+            "lpj_mean_weighted_spread": round(float(np.mean(spreads)), 6) if lpj else 0.0,
+            "backfilled_in_reservations": self.backfilled_in_reservations,
+            "lpj_delay_h_from_mispredictions": round(self.lpj_delay / 3600.0, 6),
+            "lpj_delay_h_from_admissions": round(self.lpj_admission_delay / 3600.0, 6),
+            "killed_jobs": self.killed,
+            "jobs": len(jobs),
+            "dropped_jobs": self.w.dropped_too_large + self.w.dropped_unusable,
+            "lpjs": len(lpj),
+            "dropped_too_large": self.w.dropped_too_large,
+            "dropped_unusable": self.w.dropped_unusable,
+            "policy": self.s.policy,
+            "predictor": self.pred.name,
+            "mode": self.s.mode if self.s.policy == "arnold" else None,
+            "retrains": self.pred.retrains,
+            "reservations": self.next_rid,
+            "replans": self.replans,
+        }
+
+    def _lpj_spread(self, job: SimJob) -> float:
+        if job.weighted_spread is None:
+            names = [self.c.names[i] for i in job.node_ids]
+            placement = place_from_node_list("slurm", names, self.c.topology, self._shape(job),
+                                             self.s.alpha)
+            job.weighted_spread = placement.metrics.weighted_spread
+        return job.weighted_spread
+
+
+def simulate(cluster: SimCluster, workload: Workload, settings: SimSettings,
+             progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Run one simulation; the metrics of ``arnold sim --json``."""
+    return Simulation(cluster, workload, settings, progress).run()

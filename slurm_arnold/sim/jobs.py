@@ -1,0 +1,74 @@
+"""Jobs of a replayed log, as the simulator sees them."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from predictor.swf import JobRecord
+
+
+@dataclass(eq=False)
+class SimJob:
+    """One job: what the log says, and what the simulation does to it."""
+
+    index: int
+    record: JobRecord
+    submit: float
+    runtime: float  # the log's run time, cut at the time limit (Slurm enforces limits)
+    limit: float  # the user's time limit (s)
+    gpus: int
+    nodes: int  # whole nodes (0 for a job smaller than a node)
+    lpj: bool
+    start: float | None = None
+    end: float | None = None
+    node_ids: list[int] = field(default_factory=list)
+    gpus_each: int = 0
+    killed: bool = False
+    admitted_to: int | None = None  # the reservation it was admitted into
+    weighted_spread: float | None = None
+
+    @property
+    def user(self) -> str:
+        """The job's user."""
+        return self.record.user
+
+    def layout(self) -> tuple[int, int]:
+        """PP and DP of an LPJ on ``nodes`` nodes with TP = g (PP = 4, else 2, else 1)."""
+        pp = 4 if self.nodes % 4 == 0 else 2 if self.nodes % 2 == 0 else 1
+        return pp, self.nodes // pp
+
+
+@dataclass
+class Workload:
+    """The jobs to replay and what was left out."""
+
+    jobs: list[SimJob]
+    dropped_too_large: int
+    dropped_unusable: int
+
+
+def build_workload(records: Sequence[JobRecord], *, gpus_per_node: int, gpus_per_proc: float,
+                   cluster_gpus: int, lpj_gpus: int) -> Workload:
+    """Turn log records into jobs: GPUs = processors x ``gpus_per_proc`` (at least 1); jobs of
+    fewer than g GPUs share nodes, larger ones take whole nodes; jobs larger than the cluster,
+    or without a run time or time limit, are dropped and counted."""
+    jobs: list[SimJob] = []
+    too_large = unusable = 0
+    for rec in sorted(records, key=lambda r: (r.submit, r.job_id)):
+        procs = rec.procs or rec.gpus or 0
+        run = (rec.end - rec.start) if rec.start is not None and rec.end is not None else None
+        if procs <= 0 or run is None or run < 0 or not rec.time_limit or rec.time_limit <= 0:
+            unusable += 1
+            continue
+        gpus = max(1, math.ceil(procs * gpus_per_proc - 1e-9)) if rec.gpus is None \
+            else rec.gpus
+        if gpus > cluster_gpus:
+            too_large += 1
+            continue
+        nodes = 0 if gpus < gpus_per_node else math.ceil(gpus / gpus_per_node)
+        limit = float(rec.time_limit)
+        jobs.append(SimJob(len(jobs), rec, float(rec.submit), min(float(run), limit), limit,
+                           gpus, nodes, nodes > 0 and gpus >= lpj_gpus))
+    return Workload(jobs, too_large, unusable)
