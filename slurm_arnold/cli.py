@@ -400,6 +400,54 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
     Console(soft_wrap=True).print(table)
 
 
+@bench.command("sim")
+@click.option("--quick", is_flag=True,
+              help="A smoke run: 3 runs on the first 2,000 jobs of each log (no docs).")
+@click.option("--data", type=click.Path(file_okay=False), default="../shared/data/swf",
+              show_default=True, help="Where the shared SWF logs are.")
+@click.option("--scale", type=click.IntRange(min=0), default=450_000, show_default=True,
+              help="Jobs of the replay-speed run (0: skip it).")
+@click.option("--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md",
+              show_default=True, help="Where the full run writes its table.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_sim(quick: bool, data: str, scale: int, docs: str, as_json: bool) -> None:
+    """slurm vs arnold with every predictor and mode on the shared logs, and replay speed."""
+    from benchmarks.placement import write_section
+    from benchmarks.sim import LOGS, compare, markdown, plot, run_one, tiled
+    from predictor.swf import JobRecord, read_swf
+
+    log = logging.getLogger("arnold")
+    result = compare(Path(data), quick=quick, limit=2000 if quick else None,
+                     progress=lambda what: log.warning("bench sim: %s", what))
+    if not result:
+        raise ArnoldError(f"no shared logs in {data}; pass --data DIR")
+    speed = None
+    if scale and not quick:
+        setup = LOGS[0]
+        path = Path(data) / setup.file
+        if path.exists():
+            records = tiled([r for r in read_swf(path) if isinstance(r, JobRecord)], scale)
+            # model_q retrains every simulated day: on ~5,000 days of tiled KTH that alone
+            # is over half an hour, so the speed runs use the engine with last2.
+            speed = [run_one(records, setup, policy, predictor, "share") | {
+                "origin": f"{setup.file} tiled", "jobs": len(records)}
+                for policy, predictor in (("slurm", "requested"), ("arnold", "last2"))]
+    out: dict[str, Any] = {"runs": result, "scale": speed}
+    if not quick:
+        picture = Path(docs).parent / "sim.png"
+        plot(result, picture)
+        command = "arnold bench sim" + (f" --scale {scale}" if scale != 450_000 else "")
+        write_section(Path(docs), "sim", markdown(result, command, speed, picture.name))
+    if as_json:
+        click.echo(json.dumps(out))
+        return
+    for name, rows in result.items():
+        for r in rows:
+            click.echo(f"{name} {r['policy']}/{r['predictor']}/{r['mode']}: LPJ wait "
+                       f"{r['lpj_mean_wait_h']:.2f} h, spread {r['lpj_mean_weighted_spread']:.2f},"
+                       f" mean wait {r['mean_wait_h']:.2f} h ({r['seconds']} s)")
+
+
 @main.command("jobs")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
               help="How many of the most recent jobs.")

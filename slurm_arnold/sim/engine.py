@@ -121,6 +121,7 @@ class Simulation:
         self.lpj_delay = 0.0
         self.lpj_admission_delay = 0.0
         self.replans = 0
+        self._gate_drain: np.ndarray | None = None
         self.user_active: dict[str, int] = {}
 
     # -- events ---------------------------------------------------------------------------
@@ -216,6 +217,7 @@ class Simulation:
 
     # -- the scheduling pass --------------------------------------------------------------
     def _pass(self) -> None:
+        self._gate_drain = None
         self.pred.maybe_retrain(self.now)
         if self.s.policy == "arnold":
             self._start_drained_reservations()
@@ -322,6 +324,7 @@ class Simulation:
             if index in self.running:
                 self.running[index].admitted_to = None
         self.c.blocked[res.nodes] = False
+        self._gate_drain = None
         del self.reservations[res.rid]
         del self.res_of_job[res.job.index]
 
@@ -358,6 +361,7 @@ class Simulation:
         self.reservations[res.rid] = res
         self.res_of_job[job.index] = res.rid
         self.c.blocked[nodes] = True
+        self._gate_drain = None
         return True
 
     def _expected_start(self, res: Reservation, drain: np.ndarray) -> float:
@@ -404,7 +408,7 @@ class Simulation:
 
     def _admit(self, job: SimJob) -> bool:
         """Try to start a short job on idle reserved nodes (the predictor's gate)."""
-        drain: np.ndarray | None = None
+        drain = self._gate_drain
         predicted = self.pred.predict(job)
         for res in self.reservations.values():
             mask = np.zeros(self.c.n, dtype=bool)
@@ -413,7 +417,9 @@ class Simulation:
             if not mask.any():
                 continue
             if drain is None:
-                drain = self._drain(admitted=False)
+                # Within a pass only admitted jobs start on reserved nodes, and they are left
+                # out of this drain, so it holds until a reservation is made or moved.
+                drain = self._gate_drain = self._drain(admitted=False)
             expected = self._expected_start(res, drain)
             if not admits(self.now, predicted, expected):
                 continue

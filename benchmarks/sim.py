@@ -1,0 +1,188 @@
+"""``arnold bench sim``: slurm vs arnold on the shared logs, and the replay speed at scale.
+
+Each log is replayed on a regular fat tree sized like the machine it came from, with
+processors mapped to GPUs so that one of the machine's nodes is one 8-GPU node:
+
+- KTH SP2 (100 single-processor nodes): 112 nodes = 4 minipods x 4 leaves x 7 nodes,
+  ``--gpus-per-proc 8``;
+- CEA Curie (5,040 thin nodes of 16 cores): 5,120 nodes = 10 minipods x 16 leaves x 32 nodes,
+  ``--gpus-per-proc 0.5``.
+
+An LPJ is a job of at least 256 GPUs (32 nodes) on both.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from predictor.swf import JobRecord, read_swf
+from slurm_arnold.sim.cluster import SimCluster
+from slurm_arnold.sim.engine import SimSettings, simulate
+from slurm_arnold.sim.jobs import build_workload
+from slurm_arnold.topology import parse_topology
+
+
+@dataclass(frozen=True)
+class LogSetup:
+    """How one shared log is replayed."""
+
+    name: str
+    file: str
+    pods: int
+    leaves: int
+    nodes: int
+    gpus_per_proc: float
+
+
+LOGS = (LogSetup("KTH", "KTH-SP2-1996-2.swf.gz", 4, 4, 7, 8.0),
+        LogSetup("Curie", "CEA-Curie-2011-window.swf.gz", 10, 16, 32, 0.5))
+RUNS: tuple[tuple[str, str, str], ...] = (
+    ("slurm", "requested", "share"),
+    *(("arnold", p, m) for m in ("share", "shrink")
+       for p in ("requested", "last2", "model", "model_q", "oracle")),
+)
+#: Curie's 5,120-node replays cost minutes each: the predictors that matter, one mode each.
+CURIE_RUNS = (("slurm", "requested", "share"), ("arnold", "requested", "share"),
+              ("arnold", "model_q", "share"), ("arnold", "model_q", "shrink"),
+              ("arnold", "oracle", "share"))
+QUICK_RUNS = (("slurm", "requested", "share"), ("arnold", "model_q", "share"),
+              ("arnold", "oracle", "shrink"))
+KEYS = ("utilization", "mean_wait_h", "bounded_slowdown", "lpj_mean_wait_h", "lpj_p95_wait_h",
+        "lpj_mean_weighted_spread", "backfilled_in_reservations",
+        "lpj_delay_h_from_mispredictions", "killed_jobs")
+
+
+def fat_tree(pods: int, leaves: int, nodes: int) -> str:
+    """A regular three-level fat tree in topology.conf form."""
+    lines, k = [], 0
+    width = len(str(pods * leaves * nodes - 1))
+    for p in range(pods):
+        names = []
+        for leaf in range(leaves):
+            name = f"leaf{p:02d}{leaf:02d}"
+            lines.append(f"SwitchName={name} Nodes=n[{k:0{width}d}-{k + nodes - 1:0{width}d}]")
+            names.append(name)
+            k += nodes
+        lines.append(f"SwitchName=pod{p:02d} Switches={','.join(names)}")
+    lines.append("SwitchName=core Switches=" + ",".join(f"pod{p:02d}" for p in range(pods)))
+    return "\n".join(lines) + "\n"
+
+
+def run_one(records: Sequence[JobRecord], setup: LogSetup, policy: str, predictor: str,
+            mode: str, placement: str = "mip",
+            progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """One simulation of a log; the metrics plus its wall time."""
+    cluster = SimCluster(parse_topology(fat_tree(setup.pods, setup.leaves, setup.nodes)), 8)
+    workload = build_workload(records, gpus_per_node=8, gpus_per_proc=setup.gpus_per_proc,
+                              cluster_gpus=cluster.total_gpus, lpj_gpus=256)
+    t0 = time.monotonic()
+    result = simulate(cluster, workload, SimSettings(policy=policy, predictor=predictor,
+                                                     mode=mode, placement=placement),
+                      progress)
+    result["seconds"] = round(time.monotonic() - t0, 1)
+    return result
+
+
+def compare(data_dir: Path, quick: bool = False, limit: int | None = None,
+            progress: Callable[[str], None] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Every run of ``RUNS`` (or ``QUICK_RUNS``) on each shared log that is present."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for setup in LOGS:
+        path = data_dir / setup.file
+        if not path.exists():
+            continue
+        records = [r for r in read_swf(path) if isinstance(r, JobRecord)][:limit]
+        rows = []
+        runs = QUICK_RUNS if quick else CURIE_RUNS if setup.name == "Curie" else RUNS
+        for policy, predictor, mode in runs:
+            if progress:
+                progress(f"{setup.name} {policy} {predictor} {mode}")
+            rows.append(run_one(records, setup, policy, predictor, mode))
+        out[setup.name] = rows
+    return out
+
+
+def tiled(records: Sequence[JobRecord], size: int) -> list[JobRecord]:
+    """``records`` repeated back to back in time (renamed users) until ``size`` jobs."""
+    first = min(r.submit for r in records)
+    span = max((r.end or r.submit) for r in records) - first + 3600
+    out: list[JobRecord] = []
+    copy = 0
+    while len(out) < size:
+        shift = copy * span
+        for r in records:
+            out.append(replace(r, job_id=f"{copy}:{r.job_id}", user=f"{copy}:{r.user}",
+                               submit=r.submit - first + shift,
+                               start=None if r.start is None else r.start - first + shift,
+                               end=None if r.end is None else r.end - first + shift))
+        copy += 1
+    return out[:size]
+
+
+def markdown(result: dict[str, list[dict[str, Any]]], command: str,
+             scale: list[dict[str, Any]] | None, plot: str | None) -> str:
+    """The benchmarks.md section."""
+    lines = ["## Simulator: slurm vs arnold on the shared logs", "",
+             f"Command: `{command}`. Setup in `benchmarks/sim.py` (KTH on 112 nodes with "
+             "8 GPUs per processor, Curie on 5,120 nodes with 0.5 GPUs per core; LPJ = 256 "
+             "GPUs or more; arnold's LPJ placement is the MIP with a 1 s limit).", "",
+             "| log | policy | predictor | mode | " + " | ".join(KEYS) + " | s |",
+             "|" + "---|" * (len(KEYS) + 5)]
+    for log, rows in result.items():
+        for r in rows:
+            lines.append(f"| {log} | {r['policy']} | {r['predictor']} | {r['mode'] or '-'} | "
+                         + " | ".join(str(round(r[k], 3)) if isinstance(r[k], float)
+                                      else str(r[k]) for k in KEYS) + f" | {r['seconds']} |")
+    lines.append("")
+    for log, rows in result.items():
+        base = next(r for r in rows if r["policy"] == "slurm")
+        for r in rows:
+            if r["policy"] == "arnold" and r["predictor"] in ("model_q", "oracle") \
+                    and r["mode"] == "share":
+                lines.append(
+                    f"- {log}, arnold/{r['predictor']}/share vs slurm: LPJ mean wait x"
+                    f"{_ratio(r['lpj_mean_wait_h'], base['lpj_mean_wait_h'])}, LPJ spread x"
+                    f"{_ratio(r['lpj_mean_weighted_spread'], base['lpj_mean_weighted_spread'])},"
+                    f" everyone's mean wait x{_ratio(r['mean_wait_h'], base['mean_wait_h'])}.")
+    if plot:
+        lines += ["", f"![LPJ wait and spread by policy]({plot})"]
+    for run in scale or []:
+        lines += ["", f"Replay speed: {run['jobs']:,} jobs ({run['origin']}), "
+                      f"{run['policy']}/{run['predictor']}: **{run['seconds']} s** "
+                      f"({'met' if run['seconds'] < 600 else 'NOT met'}: target under 10 "
+                      "minutes)."]
+    return "\n".join(lines)
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b else "-"
+
+
+def plot(result: dict[str, list[dict[str, Any]]], path: Path) -> None:
+    """LPJ mean wait and LPJ weighted spread per run, one panel pair per log."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(result), 2, figsize=(12, 3.6 * len(result)), squeeze=False)
+    for row, (log, rows) in enumerate(result.items()):
+        labels = [r["policy"] if r["policy"] == "slurm" else f"{r['predictor']}\n{r['mode']}"
+                  for r in rows]
+        colors = ["#888888" if r["policy"] == "slurm" else "#1f77b4" if r["mode"] == "share"
+                  else "#ff7f0e" for r in rows]
+        for col, (key, title) in enumerate((("lpj_mean_wait_h", "LPJ mean wait (h)"),
+                                            ("lpj_mean_weighted_spread",
+                                             "LPJ mean weighted spread"))):
+            ax = axes[row][col]
+            ax.bar(range(len(rows)), [r[key] for r in rows], color=colors)
+            ax.set_xticks(range(len(rows)), labels, fontsize=7)
+            ax.set_title(f"{log}: {title} (grey slurm, blue share, orange shrink)", fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
