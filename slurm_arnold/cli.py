@@ -402,7 +402,7 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
 
 @bench.command("sim")
 @click.option("--quick", is_flag=True,
-              help="A smoke run: 3 runs on the first 2,000 jobs of each log (no docs).")
+              help="A smoke run: 3 runs on the first 1,000 jobs of each log (no docs).")
 @click.option("--data", type=click.Path(file_okay=False), default="../shared/data/swf",
               show_default=True, help="Where the shared SWF logs are.")
 @click.option("--scale", type=click.IntRange(min=0), default=450_000, show_default=True,
@@ -417,7 +417,7 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, as_json: bool) -> N
     from predictor.swf import JobRecord, read_swf
 
     log = logging.getLogger("arnold")
-    result = compare(Path(data), quick=quick, limit=2000 if quick else None,
+    result = compare(Path(data), quick=quick, limit=1000 if quick else None,
                      progress=lambda what: log.warning("bench sim: %s", what))
     if not result:
         raise ArnoldError(f"no shared logs in {data}; pass --data DIR")

@@ -193,3 +193,15 @@ def test_slurm_vs_arnold_on_a_kth_slice() -> None:
     ours = _sim(records, topo, lpj_gpus=256, policy="arnold", predictor="oracle",
                 placement="mip").run()
     assert ours["lpj_mean_weighted_spread"] < base["lpj_mean_weighted_spread"]
+
+
+def test_bench_sim_quick() -> None:
+    if not KTH.exists():
+        pytest.skip(f"{KTH} is absent (the shared data is not beside this checkout)")
+    result = CliRunner().invoke(main, ["bench", "sim", "--quick", "--json"])
+    assert result.exit_code == 0, result.output
+    runs = json.loads(result.stdout)["runs"]
+    assert "KTH" in runs and len(runs["KTH"]) == 3
+    for rows in runs.values():
+        assert [r["policy"] for r in rows] == ["slurm", "arnold", "arnold"]
+        assert all(set(r) >= KEYS for r in rows)
