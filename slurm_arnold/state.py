@@ -59,25 +59,45 @@ class StateDB:
 
     def __init__(self, path: Path | str, *, busy_timeout_ms: int = 30_000) -> None:
         self.path = Path(path)
+        deadline = time.monotonic() + busy_timeout_ms / 1000
+        while True:
+            try:
+                self._open(busy_timeout_ms)
+                return
+            except sqlite3.OperationalError as exc:
+                # Switching a new file to WAL needs a moment of exclusive access, and SQLite
+                # reports "locked" at once, without the busy handler, when several processes
+                # create the database together: retry until the busy timeout.
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise StateError(
+                        f"{self.path}: cannot open the state database ({exc}); "
+                        "check the file or move it aside to start afresh"
+                    ) from None
+                time.sleep(0.05)
+            except sqlite3.DatabaseError as exc:
+                raise StateError(
+                    f"{self.path}: cannot open the state database ({exc}); "
+                    "check the file or move it aside to start afresh"
+                ) from None
+            except OSError as exc:
+                raise StateError(
+                    f"{self.path}: cannot create the state directory ({exc.strerror}); "
+                    "set state_dir in arnold.toml or ARNOLD_STATE_DIR"
+                ) from None
+
+    def _open(self, busy_timeout_ms: int) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(self.path), timeout=busy_timeout_ms / 1000,
+                               isolation_level=None)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(str(self.path), timeout=busy_timeout_ms / 1000,
-                                   isolation_level=None)
             conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA foreign_keys = ON")
             self.db = sqlite_utils.Database(conn)
             self._migrate()
-        except sqlite3.DatabaseError as exc:
-            raise StateError(
-                f"{self.path}: cannot open the state database ({exc}); "
-                "check the file or move it aside to start afresh"
-            ) from None
-        except OSError as exc:
-            raise StateError(
-                f"{self.path}: cannot create the state directory ({exc.strerror}); "
-                "set state_dir in arnold.toml or ARNOLD_STATE_DIR"
-            ) from None
+        except BaseException:
+            conn.close()
+            raise
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite_utils.Database]:
