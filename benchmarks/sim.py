@@ -45,6 +45,7 @@ RUNS: tuple[tuple[str, str, str], ...] = (
     *(("arnold", p, m) for m in ("share", "shrink")
        for p in ("requested", "last2", "model", "model_q", "oracle")),
 )
+CURIE_JOBS = 10_000
 #: Curie's 5,120-node replays cost minutes each: the predictors that matter, one mode each.
 CURIE_RUNS = (("slurm", "requested", "share"), ("arnold", "requested", "share"),
               ("arnold", "model_q", "share"), ("arnold", "model_q", "shrink"),
@@ -88,14 +89,20 @@ def run_one(records: Sequence[JobRecord], setup: LogSetup, policy: str, predicto
 
 
 def compare(data_dir: Path, quick: bool = False, limit: int | None = None,
-            progress: Callable[[str], None] | None = None) -> dict[str, list[dict[str, Any]]]:
-    """Every run of ``RUNS`` (or ``QUICK_RUNS``) on each shared log that is present."""
+            progress: Callable[[str], None] | None = None,
+            logs: Sequence[str] = ("KTH", "Curie")) -> dict[str, list[dict[str, Any]]]:
+    """Every run of ``RUNS`` (or ``QUICK_RUNS``) on each shared log that is present.
+
+    Curie's full window costs about 20 minutes per arnold run on this machine; without
+    ``limit`` its first ``CURIE_JOBS`` jobs are replayed (stated in the table).
+    """
     out: dict[str, list[dict[str, Any]]] = {}
     for setup in LOGS:
         path = data_dir / setup.file
-        if not path.exists():
+        if not path.exists() or setup.name not in logs:
             continue
-        records = [r for r in read_swf(path) if isinstance(r, JobRecord)][:limit]
+        cut = limit if limit is not None else CURIE_JOBS if setup.name == "Curie" else None
+        records = [r for r in read_swf(path) if isinstance(r, JobRecord)][:cut]
         rows = []
         runs = QUICK_RUNS if quick else CURIE_RUNS if setup.name == "Curie" else RUNS
         for policy, predictor, mode in runs:
@@ -126,15 +133,18 @@ def tiled(records: Sequence[JobRecord], size: int) -> list[JobRecord]:
 def markdown(result: dict[str, list[dict[str, Any]]], command: str,
              scale: list[dict[str, Any]] | None, plot: str | None) -> str:
     """The benchmarks.md section."""
-    lines = ["## Simulator: slurm vs arnold on the shared logs", "",
+    lines = [f"## Simulator: slurm vs arnold on {', '.join(result)}", "",
              f"Command: `{command}`. Setup in `benchmarks/sim.py` (KTH on 112 nodes with "
              "8 GPUs per processor, Curie on 5,120 nodes with 0.5 GPUs per core; LPJ = 256 "
-             "GPUs or more; arnold's LPJ placement is the MIP with a 1 s limit).", "",
+             "GPUs or more; arnold's LPJ placement is the MIP with a 1 s limit; Curie: the "
+             f"first {CURIE_JOBS:,} jobs of the window, as one arnold run on all of it takes "
+             "about 20 minutes here).", "",
              "| log | policy | predictor | mode | " + " | ".join(KEYS) + " | s |",
              "|" + "---|" * (len(KEYS) + 5)]
     for log, rows in result.items():
         for r in rows:
-            lines.append(f"| {log} | {r['policy']} | {r['predictor']} | {r['mode'] or '-'} | "
+            lines.append(f"| {log} ({r['jobs']:,} jobs, {r['lpjs']} LPJs) | {r['policy']} | "
+                         f"{r['predictor']} | {r['mode'] or '-'} | "
                          + " | ".join(str(round(r[k], 3)) if isinstance(r[k], float)
                                       else str(r[k]) for k in KEYS) + f" | {r['seconds']} |")
     lines.append("")
@@ -155,6 +165,17 @@ def markdown(result: dict[str, list[dict[str, Any]]], command: str,
                       f"{run['policy']}/{run['predictor']}: **{run['seconds']} s** "
                       f"({'met' if run['seconds'] < 600 else 'NOT met'}: target under 10 "
                       "minutes)."]
+    return "\n".join(lines)
+
+
+def scale_markdown(runs: Sequence[dict[str, Any]], command: str) -> str:
+    """The replay-speed section."""
+    lines = ["## Simulator: replay speed", "", f"Command: `{command}`.", ""]
+    for run in runs:
+        lines.append(f"- {run['jobs']:,} jobs ({run['origin']}), {run['policy']}/"
+                     f"{run['predictor']}: **{run['seconds']} s** "
+                     f"({'met' if run['seconds'] < 600 else 'NOT met'}: target under 10 "
+                     "minutes).")
     return "\n".join(lines)
 
 

@@ -409,17 +409,21 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
               help="Jobs of the replay-speed run (0: skip it).")
 @click.option("--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md",
               show_default=True, help="Where the full run writes its table.")
+@click.option("--logs", default="KTH,Curie", show_default=True,
+              help="Which shared logs to replay (each writes its own section).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def bench_sim(quick: bool, data: str, scale: int, docs: str, as_json: bool) -> None:
+def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str,
+              as_json: bool) -> None:
     """slurm vs arnold with every predictor and mode on the shared logs, and replay speed."""
     from benchmarks.placement import write_section
-    from benchmarks.sim import LOGS, compare, markdown, plot, run_one, tiled
+    from benchmarks.sim import LOGS, compare, markdown, plot, run_one, scale_markdown, tiled
     from predictor.swf import JobRecord, read_swf
 
     log = logging.getLogger("arnold")
+    names = [n.strip() for n in logs.split(",") if n.strip()]
     result = compare(Path(data), quick=quick, limit=1000 if quick else None,
-                     progress=lambda what: log.warning("bench sim: %s", what))
-    if not result:
+                     progress=lambda what: log.warning("bench sim: %s", what), logs=names)
+    if not result and names:
         raise ArnoldError(f"no shared logs in {data}; pass --data DIR")
     speed = None
     if scale and not quick:
@@ -432,12 +436,15 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, as_json: bool) -> N
             speed = [run_one(records, setup, policy, predictor, "share") | {
                 "origin": f"{setup.file} tiled", "jobs": len(records)}
                 for policy, predictor in (("slurm", "requested"), ("arnold", "last2"))]
+            write_section(Path(docs), "sim-scale", scale_markdown(
+                speed, f"arnold bench sim --logs '' --scale {scale}"))
     out: dict[str, Any] = {"runs": result, "scale": speed}
     if not quick:
-        picture = Path(docs).parent / "sim.png"
-        plot(result, picture)
-        command = "arnold bench sim" + (f" --scale {scale}" if scale != 450_000 else "")
-        write_section(Path(docs), "sim", markdown(result, command, speed, picture.name))
+        for name, rows in result.items():
+            picture = Path(docs).parent / f"sim-{name}.png"
+            plot({name: rows}, picture)
+            write_section(Path(docs), f"sim-{name}", markdown(
+                {name: rows}, f"arnold bench sim --logs {name} --scale 0", None, picture.name))
     if as_json:
         click.echo(json.dumps(out))
         return
