@@ -6,8 +6,7 @@ Both predict log seconds; predictions are capped at the requested time.
   log, or the training mean where the user has no history). The issue asked for L2; but the
   figure of merit is the mean absolute error of log runtime, whose minimiser is the median,
   and runtimes are bimodal (jobs that die at once and jobs that run to their limit), so the
-  L2 mean lands between the modes: measured on KTH, L2 gives mae_log 1.30 (worse than last2's
-  1.27) and L1 1.09 (``arnold predictor evaluate``).
+  L2 mean lands between the modes (in development an L2 fit did not beat last2 on KTH).
 - **Upper**: quantile loss at q, then split-conformal calibration: a model fitted on the first
   85% of the training window predicts its last 15%, and the q-quantile of the conformity scores
   of the most recent ``CALIBRATION_WINDOW`` of them is added, so that the stated coverage holds
@@ -16,7 +15,7 @@ Both predict log seconds; predictions are capped at the requested time.
   such a job, and leaving those out (as a plain residual quantile does) under-covers by their
   share. :class:`Calibrator` redoes this step from jobs that finished since, without refitting
   (``arnold predictor evaluate`` does it once per day of the test window, as a daily
-  ``retrain`` would); measured on KTH, the static delta covers 0.872 and the daily one 0.896.
+  ``retrain`` would).
 
 Saved as LightGBM text models with a ``metadata.json`` (features, training window, metrics) in
 a version directory; the model path is a symbolic link to the serving version, replaced in one

@@ -419,10 +419,10 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str,
     from benchmarks.sim import LOGS, compare, markdown, plot, run_one, scale_markdown, tiled
     from predictor.swf import JobRecord, read_swf
 
-    log = logging.getLogger("arnold")
     names = [n.strip() for n in logs.split(",") if n.strip()]
     result = compare(Path(data), quick=quick, limit=1000 if quick else None,
-                     progress=lambda what: log.warning("bench sim: %s", what), logs=names)
+                     progress=lambda what: click.echo(f"arnold: bench sim: {what}", err=True),
+                     logs=names)
     if not result and names:
         raise ArnoldError(f"no shared logs in {data}; pass --data DIR")
     speed = None
@@ -444,7 +444,7 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str,
             picture = Path(docs).parent / f"sim-{name}.png"
             plot({name: rows}, picture)
             write_section(Path(docs), f"sim-{name}", markdown(
-                {name: rows}, f"arnold bench sim --logs {name} --scale 0", None, picture.name))
+                {name: rows}, f"arnold bench sim --logs {name} --scale 0", picture.name))
     if as_json:
         click.echo(json.dumps(out))
         return

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from benchmarks.sim import fat_tree
 from predictor.swf import JobRecord, read_swf
 from slurm_arnold.cli import main
 from slurm_arnold.sim.cluster import SimCluster
@@ -22,17 +23,7 @@ KEYS = {"utilization", "mean_wait_h", "bounded_slowdown", "lpj_mean_wait_h", "lp
         "lpj_delay_h_from_mispredictions", "killed_jobs", "jobs", "dropped_jobs"}
 
 
-def _tree(pods: int, leaves: int, nodes: int) -> str:
-    lines, k = [], 0
-    for p in range(pods):
-        names = []
-        for leaf in range(leaves):
-            lines.append(f"SwitchName=l{p}{leaf} Nodes=n[{k:03d}-{k + nodes - 1:03d}]")
-            names.append(f"l{p}{leaf}")
-            k += nodes
-        lines.append(f"SwitchName=p{p} Switches={','.join(names)}")
-    lines.append("SwitchName=core Switches=" + ",".join(f"p{p}" for p in range(pods)))
-    return "\n".join(lines) + "\n"
+_tree = fat_tree
 
 
 def _record(i: int, submit: int, procs: int, run: int, limit: int, user: str = "u") -> JobRecord:
@@ -127,14 +118,11 @@ def _check_conservation(sim: Simulation, result: dict[str, object]) -> None:
                                                    ("arnold", "last2", "shrink"),
                                                    ("arnold", "model_q", "share")])
 def test_conservation_on_a_synthetic_log(policy: str, predictor: str, mode: str) -> None:
+    # The synthetic log with submits compressed 8x (a busier cluster), run times kept.
     records = [JobRecord(j.job_id, j.user, j.group, j.partition, j.qos, j.name, j.submit // 8,
-                         j.start, j.end, None, None, j.procs, j.time_limit, j.state, 0)
+                         j.submit // 8, j.submit // 8 + ((j.end or 0) - (j.start or 0)), None,
+                         None, j.procs, j.time_limit, j.state, 0)
                for j in _jobs(1500, seed=3)]
-    # Shift starts and ends with the compressed submits (the sim uses run = end - start).
-    records = [JobRecord(r.job_id, r.user, r.group, r.partition, r.qos, r.name, r.submit,
-                         r.submit, r.submit + ((o.end or 0) - (o.start or 0)), None, None,
-                         r.procs, r.time_limit, r.state, 0)
-               for r, o in zip(records, _jobs(1500, seed=3), strict=True)]
     sim = _sim(records, _tree(2, 2, 4), lpj_gpus=64, policy=policy, predictor=predictor,
                mode=mode, placement="best-fit")
     result = sim.run()
