@@ -24,7 +24,7 @@ the expected start (a misprediction ends it).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,12 +59,15 @@ def choose_reservation(topology: Topology, names: Sequence[str], drain: np.ndarr
                        eligible: np.ndarray, now: float, shape: JobShape, *,
                        algo: str = "mip", alpha: float = 0.5, time_limit: float = 1.0,
                        spread_weight_h: float = 1.0,
-                       horizon_s: float = math.inf) -> ReservationChoice | None:
+                       horizon_s: float = math.inf,
+                       placer: Callable[[Sequence[str], JobShape], Placement] | None = None,
+                       ) -> ReservationChoice | None:
     """Pick the LPJ's nodes among ``eligible`` ones (see the module docstring).
 
     ``drain[i]`` is node i's predicted drain time (``now`` or earlier when idle). Pools that
     would start later than ``now + horizon_s`` are not considered; ``None`` when none is left
     (the job is not imminent: reserving for it now would hold nodes idle for too long).
+    ``placer`` lays the job out on a pool instead of ``place`` (the simulator's memo).
     """
     n = shape.nodes
     when = np.where(eligible, np.maximum(drain, now), np.inf)
@@ -79,8 +82,8 @@ def choose_reservation(topology: Topology, names: Sequence[str], drain: np.ndarr
         if start - now > horizon_s:
             break
         pool = [names[int(i)] for i in np.flatnonzero(when <= start)]
-        placement = place(topology, pool, shape, algo=algo, alpha=alpha,
-                          time_limit=time_limit)
+        placement = (placer(pool, shape) if placer is not None else
+                     place(topology, pool, shape, algo=algo, alpha=alpha, time_limit=time_limit))
         spread = placement.metrics.weighted_spread
         tried.append((size, start, spread))
         cost = (start - now) / 3600.0 + spread_weight_h * spread

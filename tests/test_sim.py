@@ -193,3 +193,29 @@ def test_bench_sim_quick() -> None:
     for rows in runs.values():
         assert [r["policy"] for r in rows] == ["slurm", "arnold", "arnold"]
         assert all(set(r) >= KEYS for r in rows)
+
+
+def test_placement_memo_reuses_a_pattern_on_other_nodes_with_the_same_spread() -> None:
+    """A pool that is another pool with leaves and minipods relabelled gets the remembered
+    layout on its own nodes, with the spreads a fresh solve gives; a different pattern is
+    solved anew."""
+    from slurm_arnold.placement import JobShape, place
+    from slurm_arnold.placement.plan import measure
+    from slurm_arnold.sim.memo import PlacementMemo
+
+    topo = parse_topology(_tree(3, 3, 4))
+    shape = JobShape(8, 2, 6, 8)  # 12 nodes
+    memo = PlacementMemo(topo, algo="mip", alpha=0.5, time_limit=5.0)
+    nodes = topo.nodes  # n00..n35: pod p holds n[12p, 12p+11], leaves of 4
+    first = [nodes[i] for i in (0, 1, 2, 4, 5, 12, 13, 14, 15, 16, 24, 25, 26, 27)]
+    # Leaf counts (3,2) (4,1) (4) by minipod; here (4) (3,2) (4,1), other leaves.
+    second = [nodes[i] for i in (32, 33, 34, 35, 28, 8, 9, 10, 11, 20, 21, 22, 12, 13)]
+    a = memo.place(sorted(first), shape)
+    b = memo.place(sorted(second), shape)
+    assert (memo.misses, memo.hits) == (1, 1)
+    assert set(b.nodes()) <= set(second) and len(set(b.nodes())) == shape.nodes
+    fresh = place(topo, second, shape, algo="mip", alpha=0.5, time_limit=5.0)
+    assert b.metrics == a.metrics == fresh.metrics
+    assert measure(b.cells, shape, topo, 0.5) == b.metrics
+    memo.place(sorted([*first[:-1], nodes[3]]), shape)  # now (4,2) (4,1) (3)
+    assert memo.misses == 2

@@ -39,10 +39,11 @@ import numpy as np
 
 from reservations.policy import admits, choose_reservation, expected_end, shrunk_limit
 from slurm_arnold.errors import InfeasibleError
-from slurm_arnold.placement import JobShape, place
+from slurm_arnold.placement import JobShape
 from slurm_arnold.placement.engine import place_from_node_list
 from slurm_arnold.sim.cluster import SimCluster
 from slurm_arnold.sim.jobs import SimJob, Workload
+from slurm_arnold.sim.memo import PlacementMemo
 from slurm_arnold.sim.predictors import OnlinePredictor
 
 END, SUBMIT = 0, 1
@@ -122,7 +123,10 @@ class Simulation:
         self.lpj_admission_delay = 0.0
         self.replans = 0
         self._gate_drain: np.ndarray | None = None
+        self._drains: dict[bool, np.ndarray] = {}  # this instant's drains until a job moves
         self.user_active: dict[str, int] = {}
+        self.memo = PlacementMemo(cluster.topology, algo=settings.placement, alpha=settings.alpha,
+                                  time_limit=settings.placement_time_limit)
 
     # -- events ---------------------------------------------------------------------------
     def _push(self, t: float, kind: int, job: SimJob) -> None:
@@ -161,6 +165,7 @@ class Simulation:
         self.queue.append(job)
 
     def _end(self, job: SimJob) -> None:
+        self._drains.clear()
         del self.running[job.index]
         self.c.give(job.node_ids, job.gpus_each)
         for i in job.node_ids:
@@ -181,6 +186,7 @@ class Simulation:
     # -- starting jobs --------------------------------------------------------------------
     def _start(self, job: SimJob, nodes: Sequence[int], *, limit: float | None = None,
                admitted_to: int | None = None) -> None:
+        self._drains.clear()
         gpus_each = self.c.g if job.nodes else job.gpus
         self.c.take(nodes, gpus_each)
         job.node_ids = list(nodes)
@@ -218,6 +224,7 @@ class Simulation:
     # -- the scheduling pass --------------------------------------------------------------
     def _pass(self) -> None:
         self._gate_drain = None
+        self._drains.clear()
         self.pred.maybe_retrain(self.now)
         if self.s.policy == "arnold":
             self._start_drained_reservations()
@@ -304,8 +311,7 @@ class Simulation:
         if count < job.nodes or (res is not None and count <= res.declined_at):
             return False
         names = [self.c.names[i] for i in np.flatnonzero(pool)]
-        placement = place(self.c.topology, names, self._shape(job), algo=self.s.placement,
-                          alpha=self.s.alpha, time_limit=self.s.placement_time_limit)
+        placement = self.memo.place(names, self._shape(job))
         if res is not None:
             wait_h = (self._expected_start(res, self._drain(admitted=False)) - self.now) / 3600.0
             if (self.s.spread_weight_h * placement.metrics.weighted_spread
@@ -325,6 +331,7 @@ class Simulation:
                 self.running[index].admitted_to = None
         self.c.blocked[res.nodes] = False
         self._gate_drain = None
+        self._drains.clear()
         del self.reservations[res.rid]
         del self.res_of_job[res.job.index]
 
@@ -332,6 +339,9 @@ class Simulation:
         """Each node's predicted drain time (0 when idle); ``admitted=False`` leaves out jobs
         admitted into reservations, whose ends must not push an LPJ's expected start later
         (else each admission would stretch the window for the next)."""
+        cached = self._drains.get(admitted)
+        if cached is not None:
+            return cached
         drain = np.zeros(self.c.n)
         for job in self.running.values():
             if not admitted and job.admitted_to is not None:
@@ -341,6 +351,7 @@ class Simulation:
             for i in job.node_ids:
                 if end > drain[i]:
                     drain[i] = end
+        self._drains[admitted] = drain
         return drain
 
     def _reserve(self, job: SimJob) -> bool:
@@ -350,7 +361,8 @@ class Simulation:
         choice = choose_reservation(
             self.c.topology, self.c.names, self._drain(), eligible, self.now, self._shape(job),
             algo=self.s.placement, alpha=self.s.alpha, time_limit=self.s.placement_time_limit,
-            spread_weight_h=self.s.spread_weight_h, horizon_s=self.s.reserve_horizon_h * 3600)
+            spread_weight_h=self.s.spread_weight_h, horizon_s=self.s.reserve_horizon_h * 3600,
+            placer=self.memo.place)
         if choice is None:
             return False  # not imminent: holding nodes idle that long costs more than it buys
         nodes = np.array([self.c.index[n] for n in choice.nodes], dtype=np.int64)
@@ -473,6 +485,8 @@ class Simulation:
             "retrains": self.pred.retrains,
             "reservations": self.next_rid,
             "replans": self.replans,
+            "placements_solved": self.memo.misses,
+            "placements_reused": self.memo.hits,
         }
 
     def _lpj_spread(self, job: SimJob) -> float:
