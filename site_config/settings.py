@@ -49,7 +49,15 @@ class ReservationSettings(BaseModel):
 
     mode: Literal["share", "shrink"] = "share"
     large_job_gpus: int = Field(default=256, ge=1, description="a job this large gets reserved")
-    admins: list[str] = ["root", "slurm"]
+    admins: list[str] = Field(default=["root", "slurm"], description=(
+        "who may run the admin actions of `arnold reserve` (read from the site file only)"))
+    horizon_h: float = Field(default=2.0, gt=0, description=(
+        "reserve only LPJs whose nodes are expected to drain within this many hours"))
+    max_reservations: int = Field(default=4, ge=0, description="our reservations at once")
+    spread_weight_h: float = Field(default=1.0, ge=0, description=(
+        "hours of expected wait one unit of weighted spread is worth when choosing nodes"))
+    predictor: Literal["model_q", "requested"] = Field(default="model_q", description=(
+        "the admission gate: the serving model's upper quantile, or time limits"))
 
 
 class PredictorSettings(BaseModel):
@@ -104,6 +112,14 @@ def site_config_path() -> Path:
     """The site's ``arnold.toml``: beside ``$SLURM_CONF``, as Slurm finds its other files."""
     slurm_conf = Path(os.environ.get("SLURM_CONF", "/etc/slurm/slurm.conf"))
     return slurm_conf.parent / "arnold.toml"
+
+
+def site_admins() -> list[str]:
+    """``reservation.admins`` from the site file alone (defaults when it has none): a user's
+    own config or environment must not make them an admin."""
+    path = site_config_path()
+    data = _read_toml(path) if path.exists() else {}
+    return list(data.get("reservation", {}).get("admins", ReservationSettings().admins))
 
 
 def user_config_path() -> Path:

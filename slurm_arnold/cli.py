@@ -699,3 +699,12 @@ def predictor_retrain(since: str | None, no_import: bool, force: bool, as_json: 
                + (f" vs serving {serving['mae_log']:.3f}" if serving else "")
                + (f" ({result['reason']})" if "reason" in result else "")
                + f"; {verdict}: {result['model_dir']}")
+
+
+def _register() -> None:
+    from slurm_arnold.reserve_cli import reserve
+
+    main.add_command(reserve)
+
+
+_register()

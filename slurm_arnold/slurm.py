@@ -77,6 +77,23 @@ class JobInfo:
     start_time: int | None
     end_time: int | None
     reservation: str | None
+    node_count: int = 0  # nodes asked for (pending) or held (running)
+    gpus: int = 0  # GPUs of the whole job
+    submit_time: int | None = None
+    required_nodes: tuple[str, ...] = ()  # -w / ReqNodeList
+    reason: str = ""  # why it pends (Resources, Priority, JobHeldAdmin, ...)
+    priority: int = 0
+
+    @property
+    def held(self) -> bool:
+        """Held by a user or an admin (``scontrol hold``)."""
+        return self.reason in ("JobHeldAdmin", "JobHeldUser")
+
+
+def _gpus_in_tres(text: str | None) -> int:
+    """GPUs in a TRES string such as ``cpu=4,node=4,gres/gpu=32``."""
+    return sum(int(m.group(1)) for m in
+               re.finditer(r"(?:^|,)gres/gpu(?::[\w.-]+)?=(\d+)", text or ""))
 
 
 @dataclass(frozen=True)
@@ -204,6 +221,7 @@ def _jobs_from_json_v0038(doc: Mapping[str, Any]) -> list[JobInfo]:
     out = []
     for j in doc["jobs"]:
         nodes = j.get("nodes") or ""
+        required = j.get("required_nodes") or ""
         out.append(JobInfo(
             job_id=int(j["job_id"]),
             name=j.get("name") or "",
@@ -214,13 +232,21 @@ def _jobs_from_json_v0038(doc: Mapping[str, Any]) -> list[JobInfo]:
             time_limit_min=j.get("time_limit"),
             start_time=j.get("start_time") or None,
             end_time=j.get("end_time") or None,
-            reservation=j.get("reservation") or None,
+            # v0.0.38 names it resv_name ("reservation" is not in the object)
+            reservation=j.get("resv_name") or j.get("reservation") or None,
+            node_count=int(j.get("node_count") or 0),
+            gpus=_gpus_in_tres(j.get("tres_alloc_str") or j.get("tres_req_str")),
+            submit_time=j.get("submit_time") or None,
+            required_nodes=tuple(hostlist.expand_hostlist(required)) if required else (),
+            reason=str(j.get("state_reason") or ""),
+            priority=int(j.get("priority") or 0),
         ))
     return out
 
 
 _SQUEUE_FIELDS = ["JobID", "Name", "UserName", "State", "NodeList", "Partition", "TimeLimit",
-                  "StartTime", "EndTime", "Reservation"]
+                  "StartTime", "EndTime", "Reservation", "NumNodes", "tres-per-node",
+                  "SubmitTime", "ReqNodes", "Reason", "PriorityLong"]
 
 
 def _parse_duration_min(text: str) -> int | None:
@@ -281,12 +307,21 @@ def _jobs_from_squeue_text(text: str) -> list[JobInfo]:
         if len(f) != len(_SQUEUE_FIELDS):
             raise SlurmOutputError(f"squeue: unexpected line {line!r}")
         nodes = f[4].strip()
+        count = int(f[10]) if f[10].strip().isdigit() else 0
+        required = f[13].strip()
         out.append(JobInfo(
             job_id=int(f[0]), name=f[1], user=f[2], state=f[3].upper(),
             nodes=tuple(hostlist.expand_hostlist(nodes)) if nodes and nodes != "(null)" else (),
             partition=f[5], time_limit_min=_parse_duration_min(f[6]),
             start_time=_parse_time(f[7]), end_time=_parse_time(f[8]),
             reservation=f[9] if f[9] not in ("", "(null)") else None,
+            node_count=count,
+            gpus=parse_gpu_count(f[11].strip().removeprefix("gres:")) * count,
+            submit_time=_parse_time(f[12]),
+            required_nodes=tuple(hostlist.expand_hostlist(required))
+            if required and required != "(null)" else (),
+            reason=f[14].strip(),
+            priority=int(f[15]) if f[15].strip().isdigit() else 0,
         ))
     return out
 
@@ -502,6 +537,27 @@ class Slurm:
     def cancel(self, job_id: int) -> None:
         """Cancel a job."""
         self.run(["scancel", str(job_id)])
+
+    def update_job(self, job_id: int, **fields: str) -> None:
+        """``scontrol update JobId=... Key=Value ...`` (an empty value clears the field)."""
+        self.run(["scontrol", "update", f"JobId={job_id}",
+                  *(f"{k}={v}" for k, v in fields.items())])
+
+    def hold(self, job_id: int) -> None:
+        """Hold a pending job (``scontrol hold``)."""
+        self.run(["scontrol", "hold", str(job_id)])
+
+    def release(self, job_id: int) -> None:
+        """Release a held job (``scontrol release``)."""
+        self.run(["scontrol", "release", str(job_id)])
+
+    def slurm_user(self) -> str:
+        """``SlurmUser`` of the cluster (``scontrol show config``), e.g. ``slurm``."""
+        for line in self.run(["scontrol", "show", "config"]).stdout.splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "SlurmUser":
+                return value.strip().split("(")[0]
+        raise SlurmOutputError("scontrol show config: no SlurmUser line")
 
     # -- reservations -------------------------------------------------------------------
     def reservations(self) -> list[Reservation]:

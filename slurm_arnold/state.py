@@ -51,6 +51,26 @@ def _create_history(db: sqlite_utils.Database) -> None:
     db["history"].create_index(["submit"])  # type: ignore[union-attr]
 
 
+@MIGRATIONS(name="0003_reservations")
+def _create_reservations(db: sqlite_utils.Database) -> None:
+    # reservations/live.py: our Slurm reservations (named arnold_<LPJ id>) and every admission
+    # decision with the prediction behind it.
+    db["reservations"].create(  # type: ignore[union-attr]
+        {"name": str, "lpj_job_id": int, "user": str, "nodes": str, "expected_start": float,
+         "weighted_spread": float, "source": str, "created_at": float, "state": str,
+         "lpj_held": int, "released_at": float, "release_reason": str},
+        pk="name",
+    )
+    db["admissions"].create(  # type: ignore[union-attr]
+        {"id": int, "job_id": int, "user": str, "reservation": str, "decision": str,
+         "source": str, "predictor": str, "predicted_s": float, "upper_s": float,
+         "expected_start": float, "mode": str, "time_limit_min": int, "decided_at": float,
+         "last_decided_at": float, "times": int},
+        pk="id",
+    )
+    db["admissions"].create_index(["job_id", "reservation"])  # type: ignore[union-attr]
+
+
 class StateDB:
     """The project's SQLite state (WAL, busy timeout, migrations applied on open).
 

@@ -12,6 +12,7 @@ import fcntl
 import getpass
 import json
 import logging
+import math
 import os
 import re
 import secrets
@@ -155,6 +156,62 @@ def claimed_nodes(db: StateDB, slurm: Slurm) -> set[str]:
     return claimed
 
 
+class NotFreeNow(InfeasibleError):
+    """Too few free nodes for the job now (a large job is then planned on reserved nodes)."""
+
+    def __init__(self, job: JobShape, alpha: float, algo: str, message: str) -> None:
+        super().__init__(message)
+        self.job, self.alpha, self.algo = job, alpha, algo
+
+
+def plan_reserved(config: SiteConfig, db: StateDB, slurm: Slurm, short: NotFreeNow,
+                  claimed: set[str]) -> Placement:
+    """A large job that cannot start now: the reservation policy's nodes for it (those that
+    drain soonest, traded against spread), laid out for its own shape. ``arnold reserve``
+    reserves them (at once when the submitter is an admin, else at the next ``sync``)."""
+    from reservations.live import LivePredictor, Snapshot, plan_nodes
+
+    snap = Snapshot.read(slurm, config)
+    others = {n for j in snap.jobs.values() if j.state == "PENDING"
+              and j.gpus >= config.reservation.large_job_gpus for n in j.required_nodes}
+    choice = plan_nodes(snap, LivePredictor(config, db, list(snap.jobs.values())), short.job,
+                        horizon_s=math.inf, exclude=claimed | others, alpha=short.alpha,
+                        spread_weight_h=config.reservation.spread_weight_h, time_limit=10.0)
+    assert choice is not None  # an infinite horizon always leaves a pool
+    wait_min = max(0.0, choice.expected_start - snap.now) / 60
+    log.warning("%d nodes are not free now; planned on %s, expected to drain in %.0f min "
+                "(weighted spread %.2f); they are reserved for the job by `arnold reserve`",
+                short.job.nodes, hostlist.collect_hostlist(list(choice.nodes)), wait_min,
+                choice.placement.metrics.weighted_spread)
+    return choice.placement
+
+
+def after_submit(config: SiteConfig, db: StateDB, slurm: Slurm, job_id: int) -> None:
+    """When the submitter is an admin, reserve for a large job or decide a short one's
+    admission at once; otherwise the next ``arnold reserve sync`` does (a user cannot make
+    Slurm reservations). Never fails the submission."""
+    from reservations.live import NotAdmin, Reserver, require_admin
+
+    try:
+        require_admin(slurm, "sync")
+    except NotAdmin:
+        return
+    try:
+        reserver = Reserver(config, db, slurm)
+        snap, predictor = reserver.snapshot()
+        job = snap.jobs.get(job_id)
+        if job is None or job.state != "PENDING":
+            return
+        if snap.is_lpj(job, config):
+            reserver.create(job_id, snap, predictor, force=False)
+        elif any(name.startswith("arnold_") for name in snap.reservations):
+            reserver.admit(snap, predictor, job, "submit")
+        for line in reserver.actions:
+            log.warning("%s", line)
+    except ArnoldError as exc:
+        log.warning("job %d: %s; `arnold reserve sync` tries again", job_id, exc)
+
+
 def plan(request: Request, view: ClusterView, free: set[str],
          slurm: Slurm) -> tuple[JobShape, Placement, str]:
     """The job's shape and placement; raises ``InfeasibleError`` with the user's choices."""
@@ -195,11 +252,12 @@ def plan(request: Request, view: ClusterView, free: set[str],
     if algo not in ALGOS:
         raise ArnoldError(f"--placement {algo}: use one of {', '.join(ALGOS)}")
     if len(free) < job.nodes:
-        raise InfeasibleError(
-            f"{job.nodes} nodes needed, {len(free)} free now"
-            f"{' in partition ' + view.partition if view.partition else ''}; not submitting "
-            "blindly: wait for a reservation (arnold reserve) or use --placement=slurm to let "
-            "Slurm choose")
+        raise NotFreeNow(job, alpha, algo,
+
+                         f"{job.nodes} nodes needed, {len(free)} free now"
+                         f"{' in partition ' + view.partition if view.partition else ''}; not "
+                         "submitting blindly: wait, ask for at least the site's large-job size "
+                         "to be reserved for, or use --placement=slurm to let Slurm choose")
     if algo == "slurm":
         chosen = slurm_choice(slurm, view, job.nodes)
         return job, place_from_node_list("slurm", chosen, view.topology, job, alpha), algo
@@ -221,8 +279,15 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
     with submit_lock(config.state_dir) as lock:
         view = live_cluster(slurm, minipod_level=config.minipod_level,
                             partition=request.sbatch.get("partition") or config.partition)
-        free = narrow_free(view, request.sbatch, claimed_nodes(db, slurm))
-        job, placement, algo = plan(request, view, free, slurm)
+        claimed = claimed_nodes(db, slurm)
+        free = narrow_free(view, request.sbatch, claimed)
+        try:
+            job, placement, algo = plan(request, view, free, slurm)
+        except NotFreeNow as short:
+            if short.job.gpus < config.reservation.large_job_gpus or short.algo == "slurm":
+                raise
+            job, algo = short.job, short.algo
+            placement = plan_reserved(config, db, slurm, short, claimed)
         placement_id = secrets.token_hex(8)
         rankfile, hostfile = write_files(config.state_dir / "rankorder", placement,
                                          placement_id, order)
@@ -249,7 +314,11 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
         sbatch_argv = [*request.parsed.sbatch_args, *extra]
         if request.parsed.script is not None:
             sbatch_argv += [request.parsed.script, *request.parsed.script_args]
-        return _run_sbatch(sbatch_argv, request, out, (db, record_id, lock), env)
+        code = _run_sbatch(sbatch_argv, request, out, (db, record_id, lock), env)
+    job_id = db.db.table("jobs").get(record_id)["slurm_job_id"]
+    if code == 0 and job_id:
+        after_submit(config, db, slurm, int(job_id))
+    return code
 
 
 def _run_sbatch(argv: list[str], request: Request, out: IO[bytes],

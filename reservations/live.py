@@ -1,0 +1,601 @@
+"""Arnold's policy on the live cluster: Slurm reservations for large pending jobs (LPJs) and the
+predictor's gate for short jobs, kept in step with Slurm by an idempotent ``sync``.
+
+**Slurm is the truth.** Every reservation we make is named ``arnold_<LPJ job id>``; ``sync``
+finds ours by that name, so a reservation made by a run that died before writing the database
+is adopted, and one whose LPJ finished, was cancelled or vanished is deleted on the next run:
+none can leak. Jobs, users and node lists come from Slurm, never from files users can write.
+The state database only records what we did and why (each admission decision with the
+prediction behind it).
+
+**An LPJ** (a pending job of at least ``reservation.large_job_gpus`` GPUs) gets a reservation
+on exactly its nodes for its user, ``StartTime=now`` with ``IGNORE_JOBS`` (running jobs keep
+running; a reservation on busy nodes is refused without it), and is bound to it
+(``ReservationName``). Its nodes are the ones it asked for (``-w``: arnold-sbatch plans them
+with this policy and writes the rank files for them) or, for a job that named none, the
+policy's choice (``reservations.policy.choose_reservation``). Only imminent LPJs are reserved:
+nodes expected to drain within ``reservation.horizon_h``.
+
+**A short job** pending for lack of resources may use the LPJ's idle reserved nodes when its
+upper-quantile predicted end is at or before the LPJ's expected start (``policy.admits``):
+its user is added to the reservation and the job bound to it; in ``shrink`` mode its time
+limit is cut to the expected start (Slurm 22.05's ``--time-min`` would give exactly the
+minimum, so we set the limit ourselves). Slurm's backfill judges by time limits, not
+predictions, and would keep an admitted job off nodes its higher-priority LPJ waits for; so
+the LPJ is held while an admission is starting and released by the next ``sync`` (the hold is
+recorded first, so a ``sync`` killed in between still releases it).
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import math
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import hostlist
+import numpy as np
+
+from predictor.features import compute_one
+from predictor.history import load_history
+from predictor.model import JctModel, ModelError
+from predictor.swf import JobRecord
+from reservations.policy import ReservationChoice, admits, choose_reservation, expected_end
+from site_config import SiteConfig
+from site_config.settings import site_admins
+from slurm_arnold.cluster import ClusterView, live_cluster
+from slurm_arnold.errors import ArnoldError, InfeasibleError, SlurmError
+from slurm_arnold.placement import JobShape, Placement, place
+from slurm_arnold.slurm import UNAVAILABLE_FLAGS, JobInfo, Reservation, Slurm
+from slurm_arnold.state import StateDB
+
+log = logging.getLogger(__name__)
+PREFIX = "arnold_"
+ALIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED",
+         "RESIZING")
+# Reasons a pending job may be waiting only for nodes (others: held, dependency, limits...).
+WAITING_FOR_NODES = ("Resources", "Priority", "None", "ReqNodeNotAvail", "Reservation")
+
+
+class NotAdmin(ArnoldError):
+    """An admin-only action was asked for by someone else."""
+
+
+def reservation_name(job_id: int) -> str:
+    """Our reservation's name for an LPJ."""
+    return f"{PREFIX}{job_id}"
+
+
+def lpj_of(name: str) -> int | None:
+    """The LPJ job id of one of our reservations (``None`` for anyone else's)."""
+    rest = name.removeprefix(PREFIX)
+    return int(rest) if name.startswith(PREFIX) and rest.isdigit() else None
+
+
+def require_admin(slurm: Slurm, action: str) -> str:
+    """The caller's name, or ``NotAdmin``: root, Slurm's ``SlurmUser``, or a name in the site
+    file's ``reservation.admins`` (the site file only: a user's own config or environment
+    cannot make them an admin). Slurm checks again on every change we ask for."""
+    user = getpass.getuser()
+    if os.geteuid() == 0 or user in site_admins():
+        return user
+    try:
+        if user == slurm.slurm_user():
+            return user
+    except SlurmError:
+        pass
+    raise NotAdmin(f"`arnold reserve {action}` is for cluster admins (root, SlurmUser, or "
+                   f"reservation.admins in the site's arnold.toml); you are {user}. Ask an "
+                   "admin, or use `arnold reserve plan` to see what it would do")
+
+
+def lpj_shape(nodes: int, gpus_per_node: int) -> JobShape:
+    """The layout assumed for an LPJ whose layout we do not know: TP = a node, PP = 4 (2 or 1
+    when the nodes do not divide), DP = nodes / PP (as in the simulator)."""
+    pp = 4 if nodes % 4 == 0 else 2 if nodes % 2 == 0 else 1
+    return JobShape(gpus_per_node, pp, nodes // pp, gpus_per_node)
+
+
+class LivePredictor:
+    """Upper-quantile run-time predictions of live jobs: the serving model when there is one,
+    else each job's time limit (``requested``)."""
+
+    def __init__(self, config: SiteConfig, state: StateDB, jobs: Sequence[JobInfo]) -> None:
+        self.model: JctModel | None = None
+        self.name = "requested"
+        if config.reservation.predictor == "model_q":
+            from predictor.service import load_serving
+
+            try:
+                self.model = load_serving(config)
+                self.name = "model_q"
+            except ModelError as exc:
+                log.warning("%s; gating on time limits instead", exc)
+        self.state = state
+        self.jobs = jobs
+        self._history: dict[str, list[JobRecord]] = {}
+        self._cache: dict[int, tuple[float, float]] = {}
+
+    def predict(self, job: JobInfo) -> tuple[float, float]:
+        """(point, upper) predicted run time in seconds; both the limit without a model."""
+        cached = self._cache.get(job.job_id)
+        if cached is not None:
+            return cached
+        limit = float(job.time_limit_min * 60) if job.time_limit_min else math.inf
+        if self.model is None:
+            out = (limit, limit)
+        else:
+            from predictor.service import queue_load
+
+            history = self._history.get(job.user)
+            if history is None:
+                history = self._history[job.user] = load_history(self.state, user=job.user)
+            submit = job.submit_time or int(time.time())
+            record = JobRecord(str(job.job_id), job.user, "", job.partition, "", job.name,
+                               submit, None, None, job.node_count or None, job.gpus or None,
+                               None, job.time_limit_min * 60 if job.time_limit_min else None,
+                               job.state, None)
+            before = [h for h in history if (h.end or 0) <= submit]
+            row = compute_one(record, before, self.model.vocab,
+                              queue_load(self.jobs, job.user, exclude=job.job_id))[None, :]
+            point, upper = self.model.predict(row, [limit if math.isfinite(limit) else None])
+            out = (float(point[0]), float(upper[0]))
+        self._cache[job.job_id] = out
+        return out
+
+
+@dataclass
+class Snapshot:
+    """One reading of Slurm: nodes, jobs, reservations, and what follows from them."""
+
+    now: float
+    view: ClusterView
+    jobs: dict[int, JobInfo]
+    reservations: dict[str, Reservation]
+    gpus_per_node: int
+    busy: dict[str, set[int]] = field(default_factory=dict)  # node -> running jobs on it
+
+    @classmethod
+    def read(cls, slurm: Slurm, config: SiteConfig) -> Snapshot:
+        """Read the cluster now."""
+        view = live_cluster(slurm, minipod_level=config.minipod_level,
+                            partition=config.partition)
+        jobs = {j.job_id: j for j in slurm.jobs()}
+        busy: dict[str, set[int]] = {}
+        for j in jobs.values():
+            if j.state in ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"):
+                for n in j.nodes:
+                    busy.setdefault(n, set()).add(j.job_id)
+        g = view.common_gpus(view.topology.nodes) if view.nodes else 8
+        return cls(time.time(), view, jobs, {r.name: r for r in slurm.reservations()}, g,
+                   busy)
+
+    def usable(self) -> list[str]:
+        """Nodes of the partition, in tree order, that are up (busy or not)."""
+        part = self.view.partition
+        return [n for n in self.view.topology.nodes if n in self.view.nodes
+                and not self.view.nodes[n].flags & UNAVAILABLE_FLAGS
+                and self.view.nodes[n].state not in ("DOWN", "FUTURE", "UNKNOWN")
+                and (part is None or part in self.view.nodes[n].partitions)]
+
+    def reserved(self, but: str | None = None) -> set[str]:
+        """Nodes in any reservation (ours or an admin's), except ``but``."""
+        return {n for r in self.reservations.values() if r.name != but for n in r.nodes}
+
+    def drain(self, predictor: LivePredictor, *, leave_out: Iterable[int] = ()) -> dict[str,
+                                                                                       float]:
+        """Each busy node's predicted drain time (idle nodes are absent: drained now)."""
+        skip = set(leave_out)
+        out: dict[str, float] = {}
+        for j in self.jobs.values():
+            if j.job_id in skip or not j.nodes or j.state not in ALIVE or j.state == "PENDING":
+                continue
+            _, upper = predictor.predict(j)
+            limit = j.time_limit_min * 60 if j.time_limit_min else math.inf
+            start = float(j.start_time or self.now)
+            end = expected_end(start, upper, limit, self.now)
+            for n in j.nodes:
+                out[n] = max(out.get(n, self.now), end)
+        return out
+
+    def is_lpj(self, job: JobInfo, config: SiteConfig) -> bool:
+        """A job large enough to be reserved for."""
+        return job.gpus >= config.reservation.large_job_gpus
+
+
+@dataclass
+class Plan:
+    """Where an LPJ would be reserved, and why."""
+
+    job: JobInfo
+    nodes: tuple[str, ...]
+    expected_start: float
+    spread: float
+    source: str  # "requested nodes" or "policy"
+    choice: ReservationChoice | None
+    imminent: bool
+    predictor: str
+
+    def as_json(self) -> dict[str, Any]:
+        """The ``arnold reserve plan --json`` object."""
+        return {
+            "job_id": self.job.job_id, "user": self.job.user, "nodes": list(self.nodes),
+            "expected_start": round(self.expected_start), "weighted_spread": self.spread,
+            "source": self.source, "imminent": self.imminent, "predictor": self.predictor,
+            "candidates": [{"pool_nodes": size, "start": round(start), "weighted_spread": sp}
+                           for size, start, sp in (self.choice.candidates if self.choice
+                                                   else ())],
+        }
+
+
+def plan_nodes(snap: Snapshot, predictor: LivePredictor, shape: JobShape, *,
+               horizon_s: float, exclude: Iterable[str] = (), own: str | None = None,
+               spread_weight_h: float = 1.0, alpha: float = 0.5,
+               time_limit: float = 5.0) -> ReservationChoice | None:
+    """The policy's nodes for an LPJ of ``shape`` among nodes in no other reservation (and
+    not in ``exclude``); ``None`` when it is not imminent."""
+    names = snap.usable()
+    blocked = snap.reserved(but=own) | set(exclude)
+    drain = snap.drain(predictor)
+    eligible = np.array([n not in blocked for n in names], dtype=bool)
+    if int(eligible.sum()) < shape.nodes:
+        raise InfeasibleError(f"the job needs {shape.nodes} nodes; only {int(eligible.sum())} "
+                              "are in no other reservation; wait for one to end")
+    return choose_reservation(
+        snap.view.topology, names, np.array([drain.get(n, snap.now) for n in names]),
+        eligible, snap.now, shape, alpha=alpha, time_limit=time_limit,
+        spread_weight_h=spread_weight_h, horizon_s=horizon_s)
+
+
+class Reserver:
+    """``arnold reserve``: plan, create, release, sync (see the module docstring)."""
+
+    def __init__(self, config: SiteConfig, state: StateDB, slurm: Slurm | None = None) -> None:
+        self.config = config
+        self.settings = config.reservation
+        self.state = state
+        self.slurm = slurm or Slurm()
+        self.actions: list[str] = []
+
+    # -- reading ------------------------------------------------------------------------
+    def snapshot(self) -> tuple[Snapshot, LivePredictor]:
+        """Slurm now, and the predictor over its jobs."""
+        snap = Snapshot.read(self.slurm, self.config)
+        return snap, LivePredictor(self.config, self.state, list(snap.jobs.values()))
+
+    def plan(self, job_id: int, snap: Snapshot | None = None,
+             predictor: LivePredictor | None = None) -> Plan:
+        """Where ``job_id`` would be reserved (a dry run; anyone may ask)."""
+        if snap is None or predictor is None:
+            snap, predictor = self.snapshot()
+        job = snap.jobs.get(job_id)
+        if job is None or job.state not in ALIVE:
+            raise ArnoldError(f"job {job_id} is not in the queue; nothing to reserve")
+        if job.state != "PENDING":
+            raise ArnoldError(f"job {job_id} is {job.state}, not pending; it needs no "
+                              "reservation")
+        if not snap.is_lpj(job, self.config):
+            raise ArnoldError(
+                f"job {job_id} asks for {job.gpus} GPUs, below the site's large-job threshold "
+                f"of {self.settings.large_job_gpus} (reservation.large_job_gpus); it needs no "
+                "reservation")
+        own = reservation_name(job_id)
+        horizon = self.settings.horizon_h * 3600
+        nodes_needed = job.node_count or max(1, job.gpus // snap.gpus_per_node)
+        if job.required_nodes and len(job.required_nodes) == nodes_needed:
+            clash = set(job.required_nodes) & snap.reserved(but=own)
+            if clash:
+                raise InfeasibleError(
+                    f"job {job_id} asks for nodes {sorted(clash)[0]}... that another "
+                    "reservation holds; it waits as an ordinary job (or resubmit it)")
+            drain = snap.drain(predictor)
+            start = max([snap.now, *(drain.get(n, snap.now) for n in job.required_nodes)])
+            shape = lpj_shape(len(job.required_nodes), snap.gpus_per_node)
+            # The best layout on exactly those nodes (what arnold-sbatch found for them).
+            spread = place(snap.view.topology, job.required_nodes, shape, algo="mip",
+                           alpha=0.5, time_limit=2.0).metrics
+            return Plan(job, job.required_nodes, start, spread.weighted_spread,
+                        "requested nodes", None, start - snap.now <= horizon, predictor.name)
+        shape = lpj_shape(nodes_needed, snap.gpus_per_node)
+        choice = plan_nodes(snap, predictor, shape, horizon_s=math.inf, own=own,
+                            spread_weight_h=self.settings.spread_weight_h)
+        assert choice is not None  # an infinite horizon always leaves a pool
+        return Plan(job, choice.nodes, choice.expected_start,
+                    choice.placement.metrics.weighted_spread, "policy", choice,
+                    choice.expected_start - snap.now <= horizon, predictor.name)
+
+    # -- changing ------------------------------------------------------------------------
+    def create(self, job_id: int, snap: Snapshot | None = None,
+               predictor: LivePredictor | None = None, *, force: bool = True) -> str:
+        """Reserve the planned nodes for LPJ ``job_id`` and bind it; the reservation's name.
+        ``force=False`` (sync) skips an LPJ that is not imminent."""
+        name = reservation_name(job_id)
+        if snap is None or predictor is None:
+            snap, predictor = self.snapshot()
+        if name in snap.reservations:
+            self._bind(snap, name, job_id)
+            return name
+        plan = self.plan(job_id, snap, predictor)
+        if not plan.imminent and not force:
+            raise InfeasibleError(f"job {job_id}: its nodes drain in "
+                                  f"{(plan.expected_start - snap.now) / 3600:.1f} h, beyond "
+                                  f"the {self.settings.horizon_h} h horizon; not yet")
+        self.slurm.create_reservation(name, plan.nodes, users=[plan.job.user],
+                                      flags=["IGNORE_JOBS"])
+        self.actions.append(f"created {name} on {len(plan.nodes)} nodes for job {job_id}")
+        with self.state.transaction() as db:
+            db["reservations"].upsert({  # type: ignore[union-attr]
+                "name": name, "lpj_job_id": job_id, "user": plan.job.user,
+                "nodes": list(plan.nodes), "expected_start": plan.expected_start,
+                "weighted_spread": plan.spread, "source": plan.source,
+                "created_at": snap.now, "state": "active", "lpj_held": 0,
+                "released_at": None, "release_reason": None}, pk="name")
+        self._bind(snap, name, job_id)
+        return name
+
+    def _bind(self, snap: Snapshot, name: str, job_id: int) -> None:
+        job = snap.jobs.get(job_id)
+        if job is not None and job.state == "PENDING" and job.reservation != name:
+            self.slurm.update_job(job_id, ReservationName=name)
+            self.actions.append(f"bound job {job_id} to {name}")
+
+    def release(self, name: str, reason: str, snap: Snapshot | None = None) -> bool:
+        """Delete our reservation ``name``: unbind jobs still pending in it, release an LPJ we
+        held, delete it. When jobs still run in it, shrink it to their nodes and say so
+        (``False``); the next ``sync`` finishes."""
+        if lpj_of(name) is None:
+            raise ArnoldError(f"{name} is not one of ours (arnold_<job id>); delete it with "
+                              "scontrol")
+        if snap is None:
+            snap = Snapshot.read(self.slurm, self.config)
+        row = self._row(name)
+        for job in snap.jobs.values():
+            if job.reservation == name and job.state == "PENDING":
+                self.slurm.update_job(job.job_id, ReservationName="")
+                self.actions.append(f"unbound pending job {job.job_id} from {name}")
+        lpj = snap.jobs.get(lpj_of(name) or -1)
+        if row and row.get("lpj_held") and lpj is not None and lpj.held:
+            self.slurm.release(lpj.job_id)
+            self.actions.append(f"released job {lpj.job_id} (held by us)")
+        done = True
+        if name in snap.reservations:
+            try:
+                self.slurm.delete_reservation(name)
+                self.actions.append(f"deleted {name} ({reason})")
+            except SlurmError as exc:
+                if "in use" not in str(exc):
+                    raise
+                running = sorted({n for j in snap.jobs.values() if j.reservation == name
+                                  and j.state in ("RUNNING", "CONFIGURING", "COMPLETING")
+                                  for n in j.nodes})
+                if running and set(running) != set(snap.reservations[name].nodes):
+                    self.slurm.update_reservation(name, Nodes=_hostlist(running))
+                    self.actions.append(f"shrank {name} to the {len(running)} nodes its "
+                                        "running jobs use")
+                done = False
+        with self.state.transaction() as db:
+            if row is not None:
+                db["reservations"].update(name, {  # type: ignore[union-attr]
+                    "state": "released" if done else "releasing",
+                    "released_at": snap.now, "release_reason": reason})
+        return done
+
+    # -- admissions ---------------------------------------------------------------------
+    def expected_start(self, snap: Snapshot, predictor: LivePredictor, res: Reservation) -> float:
+        """When the reservation's nodes drain, leaving out jobs admitted into it (their ends
+        must not stretch the window for the next admission)."""
+        admitted = {j.job_id for j in snap.jobs.values() if j.reservation == res.name}
+        drain = snap.drain(predictor, leave_out=admitted)
+        return max([snap.now, *(drain.get(n, snap.now) for n in res.nodes)])
+
+    def admit(self, snap: Snapshot, predictor: LivePredictor, job: JobInfo,
+              source: str) -> str | None:
+        """Decide for one pending short job; enact and record. The reservation it was admitted
+        to, or ``None``."""
+        point, upper = predictor.predict(job)
+        for name, res in sorted(snap.reservations.items()):
+            lpj = snap.jobs.get(lpj_of(name) or -1)
+            if lpj is None or lpj.state != "PENDING" or res.state.upper() != "ACTIVE":
+                continue
+            if self.config.partition and job.partition != lpj.partition:
+                continue
+            idle = [n for n in res.nodes if not snap.busy.get(n)]
+            need = job.node_count or 1
+            if need > len(idle):
+                continue
+            expected = self.expected_start(snap, predictor, res)
+            ok = admits(snap.now, upper, expected)
+            limit_min = None
+            if ok and self.settings.mode == "shrink":
+                limit_min = max(1, int((expected - snap.now) // 60))
+                if job.time_limit_min is not None and job.time_limit_min <= limit_min:
+                    limit_min = None
+            self._record(job, name, "admit" if ok else "refuse", predictor.name, point, upper,
+                         expected, limit_min, source, snap.now)
+            if not ok:
+                continue
+            row = self._row(name)
+            if row is not None and not row.get("lpj_held") and not lpj.held:
+                with self.state.transaction() as db:  # the intent first: see the docstring
+                    db["reservations"].update(name, {"lpj_held": 1})  # type: ignore[union-attr]
+                self.slurm.hold(lpj.job_id)
+                self.actions.append(f"held LPJ {lpj.job_id} while job {job.job_id} starts")
+            if job.user not in res.users:
+                self.slurm.update_reservation(name, Users=",".join([*res.users, job.user]))
+            fields = {"ReservationName": name}
+            if limit_min is not None:
+                fields["TimeLimit"] = str(limit_min)
+            self.slurm.update_job(job.job_id, **fields)
+            for n in idle[:need]:
+                snap.busy.setdefault(n, set()).add(job.job_id)
+            self.actions.append(f"admitted job {job.job_id} into {name} (predicted end "
+                                f"{upper / 60:.1f} min from now, LPJ expected in "
+                                f"{(expected - snap.now) / 60:.1f} min)")
+            return name
+        return None
+
+    def _record(self, job: JobInfo, name: str, decision: str, predictor: str, point: float,
+                upper: float, expected: float, limit_min: int | None, source: str,
+                now: float) -> None:
+        table = self.state.db.table("admissions")
+        with self.state.transaction():
+            same = list(table.rows_where("job_id = ? and reservation = ? and decision = ?",
+                                         [job.job_id, name, decision], limit=1))
+            if same:  # the same answer again: keep one row, note when it was last given
+                table.update(same[0]["id"], {"last_decided_at": now, "expected_start": expected,
+                                             "times": same[0]["times"] + 1})
+                return
+            table.insert({
+                "job_id": job.job_id, "user": job.user, "reservation": name,
+                "decision": decision, "source": source, "predictor": predictor,
+                "predicted_s": _finite(point), "upper_s": _finite(upper),
+                "expected_start": expected, "mode": self.settings.mode,
+                "time_limit_min": limit_min, "decided_at": now, "last_decided_at": now,
+                "times": 1})
+
+    def _row(self, name: str) -> dict[str, Any] | None:
+        rows = list(self.state.db.table("reservations").rows_where("name = ?", [name]))
+        return rows[0] if rows else None
+
+    # -- the sync loop ------------------------------------------------------------------
+    def sync(self) -> list[str]:
+        """One idempotent pass (see the module docstring); the actions taken."""
+        snap, predictor = self.snapshot()
+        # 1. Ours in Slurm: delete those whose LPJ is gone; adopt unknown ones; bind; release
+        #    an LPJ we held once its admitted jobs have started.
+        for name in sorted(snap.reservations):
+            job_id = lpj_of(name)
+            if job_id is None:
+                continue
+            lpj = snap.jobs.get(job_id)
+            if lpj is None or lpj.state not in ALIVE:
+                why = "its LPJ vanished" if lpj is None else f"its LPJ is {lpj.state}"
+                self.release(name, why, snap)
+                continue
+            row = self._row(name)
+            if row is None or row["state"] != "active":
+                self._adopt(snap, name, lpj)
+                row = self._row(name)
+            if lpj.state == "PENDING":
+                self._bind(snap, name, job_id)
+                starting = [j for j in snap.jobs.values() if j.reservation == name
+                            and j.job_id != job_id and j.state == "PENDING"]
+                for j in starting:  # an admission that did not start in a whole period
+                    decided = self._admitted_at(j.job_id, name)
+                    if decided is not None and snap.now - decided > 50:
+                        self.slurm.update_job(j.job_id, ReservationName="")
+                        self.actions.append(f"revoked job {j.job_id}'s admission to {name}: "
+                                            "it did not start")
+                        starting.remove(j)
+                if row and row.get("lpj_held") and not starting:
+                    if lpj.held:
+                        self.slurm.release(job_id)
+                        self.actions.append(f"released LPJ {job_id}")
+                    with self.state.transaction() as db:
+                        db["reservations"].update(name, {"lpj_held": 0})  # type: ignore
+                res = snap.reservations[name]
+                with self.state.transaction() as db:
+                    db["reservations"].update(name, {  # type: ignore[union-attr]
+                        "expected_start": self.expected_start(snap, predictor, res)})
+        # 2. Rows whose reservation Slurm no longer has.
+        with self.state.transaction() as db:
+            for row in db["reservations"].rows_where("state != 'released'"):
+                if row["name"] not in snap.reservations:
+                    db["reservations"].update(row["name"], {  # type: ignore[union-attr]
+                        "state": "released", "released_at": snap.now,
+                        "release_reason": row["release_reason"] or "gone from Slurm"})
+        # 3. New reservations for imminent LPJs, in priority order.
+        ours = sum(1 for n in snap.reservations if lpj_of(n) is not None
+                   and snap.jobs.get(lpj_of(n) or -1) is not None)
+        for job in _by_priority(snap.jobs.values()):
+            if ours >= self.settings.max_reservations:
+                break
+            if (job.state != "PENDING" or not snap.is_lpj(job, self.config) or job.held
+                    or reservation_name(job.job_id) in snap.reservations
+                    or job.reason not in WAITING_FOR_NODES or job.reservation):
+                continue
+            if self.config.partition and job.partition != self.config.partition:
+                continue
+            try:
+                self.create(job.job_id, snap, predictor, force=False)
+            except InfeasibleError as exc:
+                log.info("%s", exc)
+                continue
+            ours += 1
+            snap = Snapshot.read(self.slurm, self.config)
+        # 4. Admissions for short jobs waiting for nodes.
+        if any(lpj_of(n) is not None for n in snap.reservations):
+            for job in _by_priority(snap.jobs.values()):
+                if (job.state == "PENDING" and not snap.is_lpj(job, self.config)
+                        and not job.held and not job.reservation
+                        and job.reason in WAITING_FOR_NODES):
+                    self.admit(snap, predictor, job, "sync")
+        return self.actions
+
+    def _adopt(self, snap: Snapshot, name: str, lpj: JobInfo) -> None:
+        res = snap.reservations[name]
+        with self.state.transaction() as db:
+            db["reservations"].upsert({  # type: ignore[union-attr]
+                "name": name, "lpj_job_id": lpj.job_id, "user": lpj.user,
+                "nodes": list(res.nodes), "expected_start": snap.now, "weighted_spread": None,
+                "source": "adopted", "created_at": snap.now, "state": "active",
+                "lpj_held": 0, "released_at": None, "release_reason": None}, pk="name")
+        self.actions.append(f"adopted {name} (made by a run that stopped before recording it)")
+
+    def _admitted_at(self, job_id: int, name: str) -> float | None:
+        rows = list(self.state.db.table("admissions").rows_where(
+            "job_id = ? and reservation = ? and decision = 'admit'", [job_id, name], limit=1))
+        return float(rows[0]["decided_at"]) if rows else None
+
+    def listing(self) -> list[dict[str, Any]]:
+        """Our reservations as Slurm and the database know them (``arnold reserve list``)."""
+        snap = Snapshot.read(self.slurm, self.config)
+        rows = {r["name"]: r for r in self.state.db.table("reservations").rows_where(
+            "state != 'released'")}
+        out = []
+        for name in sorted(set(rows) | {n for n in snap.reservations if lpj_of(n)}):
+            res = snap.reservations.get(name)
+            row = rows.get(name, {})
+            lpj = snap.jobs.get(lpj_of(name) or -1)
+            out.append({
+                "name": name, "lpj_job_id": lpj_of(name),
+                "lpj_state": lpj.state if lpj else "gone",
+                "user": row.get("user") or (lpj.user if lpj else None),
+                "nodes": list(res.nodes) if res else _json_list(row.get("nodes")),
+                "expected_start": row.get("expected_start"),
+                "weighted_spread": row.get("weighted_spread"),
+                "state": row.get("state", "not recorded"),
+                "in_slurm": res is not None,
+                "admitted": sorted(j.job_id for j in snap.jobs.values()
+                                   if j.reservation == name and j.job_id != lpj_of(name)),
+            })
+        return out
+
+
+def _by_priority(jobs: Iterable[JobInfo]) -> list[JobInfo]:
+    return sorted(jobs, key=lambda j: (-j.priority, j.submit_time or 0, j.job_id))
+
+
+def _hostlist(nodes: Sequence[str]) -> str:
+    return str(hostlist.collect_hostlist(list(nodes)))
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _json_list(value: Any) -> list[str]:
+    import json
+
+    if isinstance(value, str):
+        return list(json.loads(value))
+    return list(value or [])
+
+
+def placement_for(plan: ReservationChoice) -> Placement:
+    """The layout the policy gave the reserved nodes (for arnold-sbatch's rank files)."""
+    return plan.placement
