@@ -28,10 +28,10 @@ recorded first, so a ``sync`` killed in between still releases it).
 
 from __future__ import annotations
 
-import getpass
 import logging
 import math
 import os
+import pwd
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -80,7 +80,8 @@ def require_admin(slurm: Slurm, action: str) -> str:
     """The caller's name, or ``NotAdmin``: root, Slurm's ``SlurmUser``, or a name in the site
     file's ``reservation.admins`` (the site file only: a user's own config or environment
     cannot make them an admin). Slurm checks again on every change we ask for."""
-    user = getpass.getuser()
+    # From the uid, not $USER/$LOGNAME (getpass.getuser), which the caller sets at will.
+    user = pwd.getpwuid(os.geteuid()).pw_name
     if os.geteuid() == 0 or user in site_admins():
         return user
     try:

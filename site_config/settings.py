@@ -118,7 +118,7 @@ def site_admins() -> list[str]:
     """``reservation.admins`` from the site file alone (defaults when it has none): a user's
     own config or environment must not make them an admin."""
     path = site_config_path()
-    data = _read_toml(path) if path.exists() else {}
+    data = _read_toml(path) if _present(path) else {}
     return list(data.get("reservation", {}).get("admins", ReservationSettings().admins))
 
 
@@ -129,6 +129,16 @@ def user_config_path() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "slurm-arnold" / "arnold.toml"
+
+
+def _present(path: Path) -> bool:
+    """Whether a config file is there; one behind a directory we may not enter is an error
+    naming it (``Path.is_file`` raises a bare PermissionError there)."""
+    try:
+        return path.is_file()
+    except PermissionError:
+        raise ConfigError(path, None, "cannot read: permission denied on a directory above "
+                          "it; fix the permissions or point ARNOLD_CONFIG elsewhere") from None
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -196,7 +206,7 @@ def load_config(
     """
     files: dict[str, Any] = {}
     for path in (site_path or site_config_path(), user_path or user_config_path()):
-        if path.is_file():
+        if _present(path):
             files = _merge(files, _read_toml(path))
     flags = {k: v for k, v in (overrides or {}).items() if v is not None}
     token = _FILE_LAYER.set(files)

@@ -172,6 +172,8 @@ def plan_reserved(config: SiteConfig, db: StateDB, slurm: Slurm, short: NotFreeN
     from reservations.live import LivePredictor, Snapshot, plan_nodes
 
     snap = Snapshot.read(slurm, config)
+    if short.job.nodes > len(snap.usable()):
+        raise short  # it never fits: no plan to make
     others = {n for j in snap.jobs.values() if j.state == "PENDING"
               and j.gpus >= config.reservation.large_job_gpus for n in j.required_nodes}
     choice = plan_nodes(snap, LivePredictor(config, db, list(snap.jobs.values())), short.job,

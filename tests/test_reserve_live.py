@@ -1,0 +1,291 @@
+"""``arnold reserve`` and arnold-sbatch's large-job path on the live cluster (issue 8).
+
+The local cluster has 64 nodes of 8 GPUs; here a large job (LPJ) is one of 64 GPUs or more and
+the admission gate uses time limits (``reservation.predictor = "requested"``), so that which
+short job fits is known exactly; the model's gate is the same code with other numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurm_arnold.slurm import Slurm
+from tests.conftest import wait_for_job
+
+pytestmark = pytest.mark.live
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def env(slurm: Slurm, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """Our settings, a clean queue before, and no job or reservation of ours left after."""
+    _clean(slurm)
+    state = Path(tempfile.mkdtemp(prefix="arnold-reserve-"))
+    state.chmod(0o755)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("ARNOLD_")}
+    environ.update(ARNOLD_STATE_DIR=str(state), ARNOLD_RESERVATION__LARGE_JOB_GPUS="64",
+                   ARNOLD_RESERVATION__PREDICTOR="requested",
+                   ARNOLD_CONFIG=str(state / "user.toml"))
+    yield environ
+    _clean(slurm)
+    shutil.rmtree(state, ignore_errors=True)
+
+
+def _clean(slurm: Slurm) -> None:
+    subprocess.run(["scancel", "--full", "-u", "root"], check=False)
+    deadline = time.monotonic() + 30
+    while any(j.state in ("RUNNING", "PENDING", "COMPLETING") for j in slurm.jobs()):
+        assert time.monotonic() < deadline, "the queue did not empty"
+        time.sleep(0.3)
+    for res in slurm.reservations():
+        if res.name.startswith("arnold_"):
+            slurm.delete_reservation(res.name)
+
+
+def arnold(env: dict[str, str], *args: str, check: bool = True,
+           user: str | None = None) -> subprocess.CompletedProcess[str]:
+    cmd = [str(BIN / "arnold"), *args]
+    if user is not None:
+        import pwd
+
+        entry = pwd.getpwnam(user)
+        cmd = ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}",
+               "--clear-groups", *cmd]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def sbatch(*args: str) -> int:
+    out = subprocess.run(["sbatch", "--parsable", *args], capture_output=True, text=True,
+                         check=True).stdout
+    return int(out.strip().split(";")[0])
+
+
+def fill(nodes_busy: int, *, limit_min: int, seconds: int) -> list[int]:
+    """Blocker jobs of 8 whole nodes each, on the first ``nodes_busy`` nodes, running."""
+    jobs = [sbatch("-N8", "--exclusive", "--gres=gpu:8", f"--time={limit_min}",
+                   f"--nodelist=n[{8 * i + 1:03d}-{8 * i + 8:03d}]", "--wrap", f"sleep {seconds}")
+            for i in range(nodes_busy // 8)]
+    deadline = time.monotonic() + 30
+    while not all(j.state == "RUNNING" for j in Slurm().jobs() if j.job_id in jobs):
+        assert time.monotonic() < deadline, "the blockers did not start"
+        time.sleep(0.2)
+    return jobs
+
+
+def wait_state(slurm: Slurm, job_id: int, states: set[str], timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = {j.job_id: j for j in slurm.jobs()}.get(job_id)
+        if job is not None and job.state in states:
+            return job
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} never reached {states}")
+
+
+def ours(slurm: Slurm) -> dict[str, Any]:
+    return {r.name: r for r in slurm.reservations() if r.name.startswith("arnold_")}
+
+
+def admissions(env: dict[str, str]) -> dict[tuple[int, str], dict[str, Any]]:
+    db = sqlite3.connect(Path(env["ARNOLD_STATE_DIR"]) / "arnold.db")
+    db.row_factory = sqlite3.Row
+    return {(r["job_id"], r["decision"]): dict(r) for r in db.execute("select * from admissions")}
+
+
+def sacct_times(job_id: int) -> tuple[str, int, int]:
+    out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", str(job_id), "-o",
+                          "NodeList,Start,End"], capture_output=True, text=True,
+                         check=True).stdout.strip().splitlines()[0]
+    nodes, start, end = out.split("|")
+
+    def stamp(text: str) -> int:
+        return int(time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S")))
+    return nodes, stamp(start), stamp(end)
+
+
+def test_an_lpj_that_cannot_start_is_reserved_on_its_planned_nodes_and_runs_there(
+        slurm: Slurm, env: dict[str, str], tmp_path: Path) -> None:
+    fill(48, limit_min=2, seconds=6)
+    out = tmp_path / "lpj-%j.out"
+    proc = subprocess.run(
+        [str(BIN / "arnold-sbatch"), "--parsable", "-N24", "--gpus-per-node=8", "--exclusive",
+         "-t", "3", "--tp", "8", "--pp", "4", "-o", str(out), "--wrap", "hostname"],
+        capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    lpj = int(proc.stdout.strip())
+    assert proc.stdout == f"{lpj}\n"  # --parsable stays sbatch's
+    assert "not free now; planned on" in proc.stderr
+    record = next(r for r in json.loads(arnold(env, "jobs", "--json").stdout)
+                  if r["slurm_job_id"] == lpj)
+    planned = set(record["nodes"])
+    res = ours(slurm)[f"arnold_{lpj}"]  # the submitter is root: reserved at once
+    assert set(res.nodes) == planned and res.users == ("root",)
+    job = {j.job_id: j for j in slurm.jobs()}[lpj]
+    assert job.reservation == f"arnold_{lpj}" and set(job.required_nodes) == planned
+    assert job.state == "PENDING"
+    listed = json.loads(arnold(env, "reserve", "list", "--json").stdout)
+    assert [r["lpj_job_id"] for r in listed] == [lpj] and set(listed[0]["nodes"]) == planned
+    assert wait_for_job(slurm, lpj, timeout=90) == "COMPLETED"
+    nodes, _, _ = sacct_times(lpj)
+    import hostlist
+    assert set(hostlist.expand_hostlist(nodes)) == planned
+    sync = json.loads(arnold(env, "reserve", "sync", "--json").stdout)
+    assert sync == [f"deleted arnold_{lpj} (its LPJ is COMPLETED)"]
+    assert not ours(slurm)
+
+
+def test_admission_by_prediction_cancel_and_idempotent_sync(slurm: Slurm,
+                                                           env: dict[str, str]) -> None:
+    blockers = fill(48, limit_min=4, seconds=25)
+    # On n[041-064]: 8 nodes busy, 16 idle that the reservation keeps for it.
+    lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=3", "-w", "n[041-064]",
+                 "--wrap", "sleep 1")
+    wait_state(slurm, lpj, {"PENDING"})
+    plan = json.loads(arnold(env, "reserve", "plan", str(lpj), "--json").stdout)
+    assert plan["imminent"] and plan["predictor"] == "requested"
+    assert plan["source"] == "requested nodes" and plan["nodes"] == hostlist_of("n[041-064]")
+    assert arnold(env, "reserve", "list").stdout.strip() == "no arnold reservations"  # a dry run
+    first = json.loads(arnold(env, "reserve", "sync", "--json").stdout)
+    assert first == [f"created arnold_{lpj} on 24 nodes for job {lpj}",
+                     f"bound job {lpj} to arnold_{lpj}"]
+    assert set(ours(slurm)[f"arnold_{lpj}"].nodes) == set(plan["nodes"])
+    assert json.loads(arnold(env, "reserve", "sync", "--json").stdout) == []  # idempotent
+    # Blockers end by their 4-minute limits at the latest; a 1-minute job fits before, a
+    # 10-minute one does not.
+    short = sbatch("-N1", "--exclusive", "--gres=gpu:8", "--time=1", "--wrap", "sleep 3")
+    long = sbatch("-N1", "--exclusive", "--gres=gpu:8", "--time=10", "--wrap", "sleep 3")
+    wait_state(slurm, long, {"PENDING"})
+    actions = json.loads(arnold(env, "reserve", "sync", "--json").stdout)
+    assert f"held LPJ {lpj} while job {short} starts" in actions
+    assert any(a.startswith(f"admitted job {short} into arnold_{lpj}") for a in actions)
+    decided = admissions(env)
+    assert decided[(short, "admit")]["upper_s"] == 60.0
+    assert decided[(long, "refuse")]["upper_s"] == 600.0
+    assert decided[(short, "admit")]["expected_start"] > time.time() + 60
+    assert (long, "admit") not in decided
+    assert wait_for_job(slurm, short, timeout=60) == "COMPLETED"
+    assert json.loads(arnold(env, "reserve", "sync", "--json").stdout) == [
+        f"released LPJ {lpj}"]
+    assert {j.job_id: j for j in slurm.jobs()}[long].state == "PENDING"
+    assert {j.job_id: j for j in slurm.jobs()}[lpj].state == "PENDING"
+    _, _, short_end = sacct_times(short)
+    assert set(hostlist_of(sacct_times(short)[0])) <= set(plan["nodes"])
+    # The LPJ is cancelled: the next sync removes its reservation, the one after does nothing.
+    slurm.cancel(lpj)
+    wait_state(slurm, lpj, {"CANCELLED"})
+    assert json.loads(arnold(env, "reserve", "sync", "--json").stdout) == [
+        f"deleted arnold_{lpj} (its LPJ is CANCELLED)"]
+    assert not ours(slurm)
+    assert json.loads(arnold(env, "reserve", "sync", "--json").stdout) == []
+    for b in blockers:
+        slurm.cancel(b)
+    assert short_end > 0
+
+
+def hostlist_of(text: str) -> list[str]:
+    import hostlist
+
+    return list(hostlist.expand_hostlist(text))
+
+
+def test_the_lpj_starts_after_an_admitted_job_ends(slurm: Slurm, env: dict[str, str]) -> None:
+    fill(48, limit_min=2, seconds=4)
+    lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=2", "-w", "n[041-064]",
+                 "--wrap", "sleep 1")
+    wait_state(slurm, lpj, {"PENDING"})
+    arnold(env, "reserve", "sync")
+    short = sbatch("-N1", "--exclusive", "--gres=gpu:8", "--time=1", "--wrap", "sleep 12")
+    wait_state(slurm, short, {"PENDING"})
+    assert any("admitted" in a for a in json.loads(
+        arnold(env, "reserve", "sync", "--json").stdout))
+    wait_state(slurm, short, {"RUNNING"})
+    arnold(env, "reserve", "sync")  # releases the LPJ: it waits for the admitted job (share)
+    assert wait_for_job(slurm, lpj, timeout=90) == "COMPLETED"
+    _, _, short_end = sacct_times(short)
+    _, lpj_start, _ = sacct_times(lpj)
+    assert short_end <= lpj_start
+
+
+def test_a_sync_killed_halfway_is_repaired_by_the_next(slurm: Slurm,
+                                                       env: dict[str, str]) -> None:
+    """The states a ``sync`` killed between its steps leaves, made directly with scontrol: a
+    reservation in Slurm that the database never recorded and the LPJ not bound to it; an
+    LPJ we held for an admission that was never bound."""
+    fill(48, limit_min=3, seconds=30)
+    lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=2", "--wrap", "sleep 1")
+    wait_state(slurm, lpj, {"PENDING"})
+    plan = json.loads(arnold(env, "reserve", "plan", str(lpj), "--json").stdout)
+    slurm.create_reservation(f"arnold_{lpj}", plan["nodes"], users=["root"],
+                             flags=["IGNORE_JOBS"])
+    actions = json.loads(arnold(env, "reserve", "sync", "--json").stdout)
+    assert actions == [f"adopted arnold_{lpj} (made by a run that stopped before recording it)",
+                       f"bound job {lpj} to arnold_{lpj}"]
+    db = sqlite3.connect(Path(env["ARNOLD_STATE_DIR"]) / "arnold.db")
+    with db:
+        db.execute("update reservations set lpj_held = 1")
+    slurm.hold(lpj)
+    assert json.loads(arnold(env, "reserve", "sync", "--json").stdout) == [
+        f"released LPJ {lpj}"]
+    assert not {j.job_id: j for j in slurm.jobs()}[lpj].held
+    assert json.loads(arnold(env, "reserve", "sync", "--json").stdout) == []
+    # A reservation whose LPJ vanished from slurmctld (purged) is deleted too.
+    slurm.create_reservation("arnold_999999", ["n064"], users=["root"], flags=["IGNORE_JOBS"])
+    assert json.loads(arnold(env, "reserve", "sync", "--json").stdout) == [
+        "deleted arnold_999999 (its LPJ vanished)"]
+
+
+def test_admin_actions_refuse_other_users_and_plan_is_for_everyone(
+        slurm: Slurm, env: dict[str, str], tmp_path: Path) -> None:
+    fill(48, limit_min=2, seconds=20)
+    lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=2", "--wrap", "sleep 1")
+    wait_state(slurm, lpj, {"PENDING"})
+    theirs = Path(tempfile.mkdtemp(prefix="arnold-nobody-"))
+    theirs.chmod(0o777)
+    env = dict(env, ARNOLD_STATE_DIR=str(theirs), ARNOLD_CONFIG=str(theirs / "user.toml"))
+    for args in (("sync",), ("create", str(lpj)), ("release", str(lpj))):
+        proc = arnold(env, "reserve", *args, check=False, user="nobody")
+        assert proc.returncode == 1
+        assert proc.stderr.startswith(f"arnold: error: `arnold reserve {args[0]}` is for "
+                                      "cluster admins")
+        assert len(proc.stderr.strip().splitlines()) == 1
+    assert not ours(slurm)
+    plan = arnold(env, "reserve", "plan", str(lpj), user="nobody")
+    assert f"job {lpj} (root, 192 GPUs)" in plan.stdout
+    # A user cannot make themselves an admin through their own config or environment.
+    env2 = dict(env, ARNOLD_RESERVATION__ADMINS='["nobody"]')
+    proc = arnold(env2, "reserve", "sync", check=False, user="nobody")
+    assert proc.returncode == 1 and "is for cluster admins" in proc.stderr
+    # A config file behind a directory they may not enter: one line naming it, no traceback.
+    hidden = tmp_path / "user.toml"
+    proc = arnold(dict(env, ARNOLD_CONFIG=str(hidden)), "reserve", "list", check=False,
+                  user="nobody")
+    assert proc.returncode == 1
+    assert proc.stderr == (f"arnold: error: {hidden}: cannot read: permission denied on a "
+                           "directory above it; fix the permissions or point ARNOLD_CONFIG "
+                           "elsewhere\n")
+    shutil.rmtree(theirs, ignore_errors=True)
+
+
+def test_plan_explains_a_job_that_needs_no_reservation(slurm: Slurm,
+                                                       env: dict[str, str]) -> None:
+    small = sbatch("-N1", "--gres=gpu:8", "--hold", "--time=1", "--wrap", "true")
+    proc = arnold(env, "reserve", "plan", str(small), check=False)
+    assert proc.returncode == 1
+    assert "below the site's large-job threshold of 64" in proc.stderr
+    proc = arnold(env, "reserve", "plan", "99999999", check=False)
+    assert proc.returncode == 1 and "is not in the queue" in proc.stderr
