@@ -75,15 +75,18 @@ def fat_tree(pods: int, leaves: int, nodes: int) -> str:
 
 def run_one(records: Sequence[JobRecord], setup: LogSetup, policy: str, predictor: str,
             mode: str, placement: str = "mip",
-            progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+            progress: Callable[[int], None] | None = None,
+            horizon_h: float | None = None) -> dict[str, Any]:
     """One simulation of a log; the metrics plus its wall time."""
     cluster = SimCluster(parse_topology(fat_tree(setup.pods, setup.leaves, setup.nodes)), 8)
     workload = build_workload(records, gpus_per_node=8, gpus_per_proc=setup.gpus_per_proc,
                               cluster_gpus=cluster.total_gpus, lpj_gpus=256)
     t0 = time.monotonic()
-    result = simulate(cluster, workload, SimSettings(policy=policy, predictor=predictor,
-                                                     mode=mode, placement=placement),
-                      progress)
+    settings = SimSettings(policy=policy, predictor=predictor, mode=mode, placement=placement)
+    if horizon_h is not None:
+        settings.reserve_horizon_h = horizon_h
+    result = simulate(cluster, workload, settings, progress)
+    result["horizon_h"] = settings.reserve_horizon_h
     result["seconds"] = round(time.monotonic() - t0, 1)
     return result
 
@@ -111,6 +114,46 @@ def compare(data_dir: Path, quick: bool = False, limit: int | None = None,
             rows.append(run_one(records, setup, policy, predictor, mode))
         out[setup.name] = rows
     return out
+
+
+def horizon_sweep(data_dir: Path, logs: Sequence[str], horizons: Sequence[float],
+                  progress: Callable[[str], None] | None = None,
+                  ) -> dict[str, list[dict[str, Any]]]:
+    """slurm, then arnold (requested, share) at each reservation horizon, on each log."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for setup in LOGS:
+        path = data_dir / setup.file
+        if not path.exists() or setup.name not in logs:
+            continue
+        cut = CURIE_JOBS if setup.name == "Curie" else None
+        records = [r for r in read_swf(path) if isinstance(r, JobRecord)][:cut]
+        rows = [run_one(records, setup, "slurm", "requested", "share")]
+        for h in horizons:
+            if progress:
+                progress(f"{setup.name} horizon {h} h")
+            rows.append(run_one(records, setup, "arnold", "requested", "share", horizon_h=h))
+        out[setup.name] = rows
+    return out
+
+
+def horizon_markdown(result: dict[str, list[dict[str, Any]]], command: str) -> str:
+    """The horizon-sweep section: how far ahead reserving pays."""
+    lines = ["## Simulator: the reservation horizon", "",
+             f"Command: `{command}`. arnold with the `requested` predictor (the fastest; the "
+             "horizon's effect does not depend on the gate) in share mode; ratios vs slurm.",
+             "", "| log | horizon (h) | LPJ mean wait | LPJ spread | everyone's mean wait |"
+             " reservations |", "|---|---|---|---|---|---|"]
+    for log, rows in result.items():
+        base = rows[0]
+        for r in rows[1:]:
+            lines.append(
+                f"| {log} | {r['horizon_h']:g} | {r['lpj_mean_wait_h']:.3f} h "
+                f"(x{_ratio(r['lpj_mean_wait_h'], base['lpj_mean_wait_h'])}) | "
+                f"{r['lpj_mean_weighted_spread']:.3f} "
+                f"(x{_ratio(r['lpj_mean_weighted_spread'], base['lpj_mean_weighted_spread'])})"
+                f" | {r['mean_wait_h']:.3f} h (x{_ratio(r['mean_wait_h'], base['mean_wait_h'])})"
+                f" | {r['reservations']} |")
+    return "\n".join(lines)
 
 
 def tiled(records: Sequence[JobRecord], size: int) -> list[JobRecord]:

@@ -11,7 +11,7 @@ its last node drains. The placement engine lays the LPJ out inside each pool, an
 with the least ``(T - now) in hours + spread_weight_h x weighted spread`` wins (ties: the
 earlier start). So a larger pool is taken only when the spread it saves is worth more than
 the wait it adds, at ``spread_weight_h`` hours per unit of weighted spread (default 1 h).
-Only *imminent* LPJs are reserved: pools that drain later than a horizon (default 4 h) are not
+Only *imminent* LPJs are reserved: pools that drain later than a horizon (default 2 h) are not
 considered, and an LPJ with none left waits as an ordinary Slurm job, because nodes held for a
 far-off start sit idle (or serve only short jobs) all that time.
 

@@ -355,11 +355,14 @@ def bench_predictor(quick: bool, size: int, data: str, docs: str, as_json: bool)
               help="LPJ reservations at once (arnold).")
 @click.option("--spread-weight-h", type=click.FloatRange(min=0), default=1.0,
               show_default=True, help="Hours of expected wait one unit of spread is worth.")
+@click.option("--horizon-h", type=click.FloatRange(min=0, min_open=True), default=2.0,
+              show_default=True, help="Reserve only LPJs whose nodes drain within this.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
             gpus_per_node: int, gpus_per_proc: float, lpj_gpus: int, policy: str,
             predictor_name: str | None, mode: str, placement: str, minipod_level: int,
-            depth: int, max_reservations: int, spread_weight_h: float, as_json: bool) -> None:
+            depth: int, max_reservations: int, spread_weight_h: float, horizon_h: float,
+            as_json: bool) -> None:
     """Replay a job log on a fat tree under Slurm's backfill or Arnold's policy."""
     from predictor.swf import BadLine, JobRecord
     from slurm_arnold.sim.cluster import SimCluster
@@ -380,7 +383,7 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
                            predictor=predictor_name or ("model_q" if policy == "arnold"
                                                         else "requested"),
                            depth=depth, max_reservations=max_reservations,
-                           spread_weight_h=spread_weight_h)
+                           spread_weight_h=spread_weight_h, reserve_horizon_h=horizon_h)
     with _progress() as bar:
         task = bar.add_task(f"sim {policy}", total=len(workload.jobs))
         result = simulate(cluster, workload, settings, progress=lambda n: bar.advance(task, n))
@@ -411,8 +414,10 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
               show_default=True, help="Where the full run writes its table.")
 @click.option("--logs", default="KTH,Curie", show_default=True,
               help="Which shared logs to replay (each writes its own section).")
+@click.option("--horizons", default="",
+              help="Instead, sweep the reservation horizon on --logs, e.g. 1,2,4 (hours).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str,
+def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons: str,
               as_json: bool) -> None:
     """slurm vs arnold with every predictor and mode on the shared logs, and replay speed."""
     from benchmarks.placement import write_section
@@ -420,10 +425,11 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str,
     from predictor.swf import JobRecord, read_swf
 
     names = [n.strip() for n in logs.split(",") if n.strip()]
-    result = compare(Path(data), quick=quick, limit=1000 if quick else None,
-                     progress=lambda what: click.echo(f"arnold: bench sim: {what}", err=True),
-                     logs=names)
-    if not result and names:
+    # A horizon sweep is a run of its own: the comparison table is not redone with it.
+    result = {} if horizons else compare(
+        Path(data), quick=quick, limit=1000 if quick else None,
+        progress=lambda what: click.echo(f"arnold: bench sim: {what}", err=True), logs=names)
+    if not result and names and not horizons:
         raise ArnoldError(f"no shared logs in {data}; pass --data DIR")
     speed = None
     if scale and not quick:
@@ -438,7 +444,21 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str,
                 for policy, predictor in (("slurm", "requested"), ("arnold", "last2"))]
             write_section(Path(docs), "sim-scale", scale_markdown(
                 speed, f"arnold bench sim --logs '' --scale {scale}"))
-    out: dict[str, Any] = {"runs": result, "scale": speed}
+    sweep = None
+    if horizons:
+        from benchmarks.sim import horizon_markdown, horizon_sweep
+
+        try:
+            hours = [float(h) for h in horizons.split(",")]
+        except ValueError:
+            raise ArnoldError(f"--horizons {horizons!r}: give hours separated by commas, "
+                              "e.g. 1,2,4") from None
+        sweep = horizon_sweep(Path(data), names, hours,
+                              progress=lambda what: click.echo(f"arnold: bench sim: {what}",
+                                                               err=True))
+        write_section(Path(docs), "sim-horizon", horizon_markdown(
+            sweep, f"arnold bench sim --logs {logs} --scale 0 --horizons {horizons}"))
+    out: dict[str, Any] = {"runs": result, "scale": speed, "horizons": sweep}
     if not quick:
         for name, rows in result.items():
             picture = Path(docs).parent / f"sim-{name}.png"

@@ -64,7 +64,7 @@ class SimSettings:
     max_reservations: int = 4
     placement_time_limit: float = 1.0
     spread_weight_h: float = 1.0
-    reserve_horizon_h: float = 4.0
+    reserve_horizon_h: float = 2.0
     replan_gain_s: float = 600.0
     quantile: float = 0.9
 
