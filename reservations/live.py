@@ -28,12 +28,14 @@ recorded first, so a ``sync`` killed in between still releases it).
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import math
 import os
 import pwd
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,6 +205,21 @@ class Snapshot:
                 out[n] = max(out.get(n, self.now), end)
         return out
 
+    def after_our_lpjs(self, predictor: LivePredictor) -> dict[str, float]:
+        """Nodes of our reservations, and when their LPJ is expected to end: its (expected)
+        start plus its time limit."""
+        drain = self.drain(predictor)
+        out: dict[str, float] = {}
+        for res in self.reservations.values():
+            lpj = self.jobs.get(lpj_of(res.name) or -1)
+            if lpj is None or lpj.state not in ALIVE:
+                continue
+            start = float(lpj.start_time or self.now) if lpj.state != "PENDING" else max(
+                [self.now, *(drain.get(n, self.now) for n in res.nodes)])
+            end = start + (lpj.time_limit_min * 60 if lpj.time_limit_min else math.inf)
+            out.update({n: end for n in res.nodes})
+        return out
+
     def is_lpj(self, job: JobInfo, config: SiteConfig) -> bool:
         """A job large enough to be reserved for."""
         return job.gpus >= config.reservation.large_job_gpus
@@ -244,8 +261,18 @@ def plan_nodes(snap: Snapshot, predictor: LivePredictor, shape: JobShape, *,
     drain = snap.drain(predictor)
     eligible = np.array([n not in blocked for n in names], dtype=bool)
     if int(eligible.sum()) < shape.nodes:
-        raise InfeasibleError(f"the job needs {shape.nodes} nodes; only {int(eligible.sum())} "
-                              "are in no other reservation; wait for one to end")
+        # Too few nodes outside other reservations: plan also on our reserved nodes, which
+        # drain when their LPJ is expected to end (start + time limit); an admin's
+        # reservations stay out.
+        after = snap.after_our_lpjs(predictor)
+        for n, end in after.items():
+            if n not in exclude:
+                drain[n] = max(drain.get(n, snap.now), end)
+        eligible = np.array([n not in blocked or (n in after and n not in exclude)
+                             for n in names], dtype=bool)
+        if int(eligible.sum()) < shape.nodes:
+            raise InfeasibleError(f"the job needs {shape.nodes} nodes; only "
+                                  f"{int(eligible.sum())} are in no admin's reservation")
     return choose_reservation(
         snap.view.topology, names, np.array([drain.get(n, snap.now) for n in names]),
         eligible, snap.now, shape, alpha=alpha, time_limit=time_limit,
@@ -261,6 +288,20 @@ class Reserver:
         self.state = state
         self.slurm = slurm or Slurm()
         self.actions: list[str] = []
+
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """One changer of reservations at a time (``sync``, ``create``, ``release`` and an
+        admin's arnold-sbatch): each plans on a fresh reading, so two at once could both pick
+        the same nodes."""
+        self.config.state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.config.state_dir / "reserve.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
 
     # -- reading ------------------------------------------------------------------------
     def snapshot(self) -> tuple[Snapshot, LivePredictor]:
@@ -525,6 +566,9 @@ class Reserver:
                 self.create(job.job_id, snap, predictor, force=False)
             except InfeasibleError as exc:
                 log.info("%s", exc)
+                continue
+            except SlurmError as exc:  # e.g. an admin's new reservation overlaps: next run
+                log.warning("job %d: %s", job.job_id, exc)
                 continue
             ours += 1
             snap = Snapshot.read(self.slurm, self.config)

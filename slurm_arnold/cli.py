@@ -475,6 +475,44 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
                        f" mean wait {r['mean_wait_h']:.2f} h ({r['seconds']} s)")
 
 
+@bench.command("fidelity")
+@click.option("--quick", is_flag=True, help="A smoke run: 20 jobs (no docs).")
+@click.option("--jobs", "n_jobs", type=click.IntRange(min=2), default=100, show_default=True,
+              help="Jobs of the KTH slice.")
+@click.option("--first", type=click.IntRange(min=0), default=10_000, show_default=True,
+              help="Index of the slice's first job.")
+@click.option("--scale", type=click.FloatRange(min=1), default=300.0, show_default=True,
+              help="Divide the log's times by this.")
+@click.option("--data", type=click.Path(file_okay=False), default="../shared/data/swf",
+              show_default=True, help="Where the shared SWF logs are.")
+@click.option("--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md",
+              show_default=True, help="Where the full run writes its section.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_fidelity(quick: bool, n_jobs: int, first: int, scale: float, data: str, docs: str,
+                   as_json: bool) -> None:
+    """A small log on the live cluster (arnold-sbatch + reserve sync) and in the simulator:
+    how closely start order and waits agree (admin: it runs `arnold reserve sync`)."""
+    from benchmarks.fidelity import FidelitySetup, markdown, run
+    from benchmarks.placement import write_section
+    from benchmarks.sim import LOGS
+
+    log = Path(data) / LOGS[0].file
+    if not log.exists():
+        raise ArnoldError(f"no KTH log at {log}; pass --data DIR")
+    setup = FidelitySetup(log, first=first, jobs=20 if quick else n_jobs, scale=scale)
+    result = run(setup, progress=lambda what: click.echo(f"arnold: bench fidelity: {what}",
+                                                         err=True))
+    if not quick:
+        write_section(Path(docs), "fidelity", markdown(
+            result, f"arnold bench fidelity --jobs {n_jobs} --first {first} --scale {scale:g}"))
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    click.echo(f"{result['jobs']} jobs: same start order for {result['in_order_fraction']:.0%}"
+               f", pairs {result['pair_agreement']:.1%}; mean wait live "
+               f"{result['live_mean_wait_s']} s, sim {result['sim_mean_wait_s']} s")
+
+
 @main.command("jobs")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
               help="How many of the most recent jobs.")

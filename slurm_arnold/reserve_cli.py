@@ -97,7 +97,8 @@ def reserve_create(job_id: int) -> None:
     """Reserve LPJ JOB_ID's planned nodes now and bind it (admin)."""
     reserver = _reserver()
     _admin(reserver, "create")
-    name = reserver.create(job_id)
+    with reserver.lock():
+        name = reserver.create(job_id)
     for line in reserver.actions:
         click.echo(line, err=True)
     click.echo(name)
@@ -115,7 +116,8 @@ def reserve_release(target: str) -> None:
     names = {r["name"] for r in reserver.listing()}
     if name not in names:
         raise ArnoldError(f"no arnold reservation {name}; see `arnold reserve list`")
-    done = reserver.release(name, "released by an admin")
+    with reserver.lock():
+        done = reserver.release(name, "released by an admin")
     for line in reserver.actions:
         click.echo(line, err=True)
     if not done:
@@ -130,7 +132,8 @@ def reserve_sync(as_json: bool) -> None:
     reservations whose LPJ is gone (admin; run every minute from cron or scrontab)."""
     reserver = _reserver()
     _admin(reserver, "sync")
-    actions = reserver.sync()
+    with reserver.lock():
+        actions = reserver.sync()
     if as_json:
         click.echo(json.dumps(actions))
         return

@@ -166,6 +166,9 @@ SwitchType=switch/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
+# Backfill every second at one-second resolution: `arnold bench fidelity` replays logs with
+# times scaled to seconds, where Slurm's defaults (30 s, 60 s) would dominate every wait.
+SchedulerParameters=bf_interval=1,bf_resolution=1
 TopologyPlugin=topology/tree
 SlurmdParameters=config_overrides
 PlugStackConfig={p['etc']}/plugstack.conf

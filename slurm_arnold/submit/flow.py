@@ -164,8 +164,8 @@ class NotFreeNow(InfeasibleError):
         self.job, self.alpha, self.algo = job, alpha, algo
 
 
-def plan_reserved(config: SiteConfig, db: StateDB, slurm: Slurm, short: NotFreeNow,
-                  claimed: set[str]) -> Placement:
+def plan_reserved(config: SiteConfig, db: StateDB, slurm: Slurm,
+                  short: NotFreeNow) -> Placement:
     """A large job that cannot start now: the reservation policy's nodes for it (those that
     drain soonest, traded against spread), laid out for its own shape. ``arnold reserve``
     reserves them (at once when the submitter is an admin, else at the next ``sync``)."""
@@ -174,10 +174,11 @@ def plan_reserved(config: SiteConfig, db: StateDB, slurm: Slurm, short: NotFreeN
     snap = Snapshot.read(slurm, config)
     if short.job.nodes > len(snap.usable()):
         raise short  # it never fits: no plan to make
-    others = {n for j in snap.jobs.values() if j.state == "PENDING"
-              and j.gpus >= config.reservation.large_job_gpus for n in j.required_nodes}
+    # Nodes that pending jobs asked for by name (ours placed, others' -w) are spoken for;
+    # running jobs' nodes are not: they drain, which is what the plan weighs.
+    spoken = {n for j in snap.jobs.values() if j.state == "PENDING" for n in j.required_nodes}
     choice = plan_nodes(snap, LivePredictor(config, db, list(snap.jobs.values())), short.job,
-                        horizon_s=math.inf, exclude=claimed | others, alpha=short.alpha,
+                        horizon_s=math.inf, exclude=spoken, alpha=short.alpha,
                         spread_weight_h=config.reservation.spread_weight_h, time_limit=10.0)
     assert choice is not None  # an infinite horizon always leaves a pool
     wait_min = max(0.0, choice.expected_start - snap.now) / 60
@@ -198,16 +199,17 @@ def after_submit(config: SiteConfig, db: StateDB, slurm: Slurm, job_id: int) -> 
         require_admin(slurm, "sync")
     except NotAdmin:
         return
+    reserver = Reserver(config, db, slurm)
     try:
-        reserver = Reserver(config, db, slurm)
-        snap, predictor = reserver.snapshot()
-        job = snap.jobs.get(job_id)
-        if job is None or job.state != "PENDING":
-            return
-        if snap.is_lpj(job, config):
-            reserver.create(job_id, snap, predictor, force=False)
-        elif any(name.startswith("arnold_") for name in snap.reservations):
-            reserver.admit(snap, predictor, job, "submit")
+        with reserver.lock():
+            snap, predictor = reserver.snapshot()
+            job = snap.jobs.get(job_id)
+            if job is None or job.state != "PENDING":
+                return
+            if snap.is_lpj(job, config):
+                reserver.create(job_id, snap, predictor, force=False)
+            elif any(name.startswith("arnold_") for name in snap.reservations):
+                reserver.admit(snap, predictor, job, "submit")
         for line in reserver.actions:
             log.warning("%s", line)
     except ArnoldError as exc:
@@ -289,7 +291,7 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
             if short.job.gpus < config.reservation.large_job_gpus or short.algo == "slurm":
                 raise
             job, algo = short.job, short.algo
-            placement = plan_reserved(config, db, slurm, short, claimed)
+            placement = plan_reserved(config, db, slurm, short)
         placement_id = secrets.token_hex(8)
         rankfile, hostfile = write_files(config.state_dir / "rankorder", placement,
                                          placement_id, order)
