@@ -148,6 +148,11 @@ def replay_live(jobs: Sequence[SimJob], setup: FidelitySetup, env: dict[str, str
         time.sleep(2)
     stop.set()
     sync_thread.join()
+    # One last pass, after every job ended: it deletes the last reservations.
+    proc = subprocess.run([str(bindir / "arnold"), "reserve", "sync"], capture_output=True,
+                          text=True, env=env)
+    if proc.returncode:
+        errors.append(f"sync: {proc.stderr.strip()}")
     if errors:
         raise ArnoldError(f"{len(errors)} live errors; first: {errors[0]}")
     return ids

@@ -60,6 +60,9 @@ PREFIX = "arnold_"
 ALIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED",
          "RESIZING")
 # Reasons a pending job may be waiting only for nodes (others: held, dependency, limits...).
+# Flags that take a node out of service (not merely busy: COMPLETING and PLANNED nodes drain
+# like any other).
+OUT_OF_SERVICE = UNAVAILABLE_FLAGS - {"COMPLETING", "PLANNED"}
 WAITING_FOR_NODES = ("Resources", "Priority", "None", "ReqNodeNotAvail", "Reservation")
 
 
@@ -181,7 +184,7 @@ class Snapshot:
         """Nodes of the partition, in tree order, that are up (busy or not)."""
         part = self.view.partition
         return [n for n in self.view.topology.nodes if n in self.view.nodes
-                and not self.view.nodes[n].flags & UNAVAILABLE_FLAGS
+                and not self.view.nodes[n].flags & OUT_OF_SERVICE
                 and self.view.nodes[n].state not in ("DOWN", "FUTURE", "UNKNOWN")
                 and (part is None or part in self.view.nodes[n].partitions)]
 
@@ -251,25 +254,31 @@ class Plan:
 
 
 def plan_nodes(snap: Snapshot, predictor: LivePredictor, shape: JobShape, *,
-               horizon_s: float, exclude: Iterable[str] = (), own: str | None = None,
-               spread_weight_h: float = 1.0, alpha: float = 0.5,
-               time_limit: float = 5.0) -> ReservationChoice | None:
-    """The policy's nodes for an LPJ of ``shape`` among nodes in no other reservation (and
-    not in ``exclude``); ``None`` when it is not imminent."""
+               horizon_s: float, own: str | None = None, spread_weight_h: float = 1.0,
+               alpha: float = 0.5, time_limit: float = 5.0) -> ReservationChoice | None:
+    """The policy's nodes for an LPJ of ``shape``; ``None`` when it is not imminent.
+
+    First among nodes in no other reservation and not asked for by name (``-w``) by a pending
+    job. When too few are left, among every node outside an admin's reservations, a taken one
+    draining when what holds it is expected to end: our reservation's LPJ (its expected start
+    plus its limit), a pending job that named it (its nodes' drain plus its limit).
+    """
     names = snap.usable()
-    blocked = snap.reserved(but=own) | set(exclude)
+    reserved = snap.reserved(but=own)
     drain = snap.drain(predictor)
-    eligible = np.array([n not in blocked for n in names], dtype=bool)
+    spoken: dict[str, float] = {}
+    for job in snap.jobs.values():
+        if job.state == "PENDING" and job.required_nodes and reservation_name(job.job_id) != own:
+            start = max([snap.now, *(drain.get(n, snap.now) for n in job.required_nodes)])
+            end = start + (job.time_limit_min * 60 if job.time_limit_min else math.inf)
+            for n in job.required_nodes:
+                spoken[n] = max(spoken.get(n, snap.now), end)
+    eligible = np.array([n not in reserved and n not in spoken for n in names], dtype=bool)
     if int(eligible.sum()) < shape.nodes:
-        # Too few nodes outside other reservations: plan also on our reserved nodes, which
-        # drain when their LPJ is expected to end (start + time limit); an admin's
-        # reservations stay out.
         after = snap.after_our_lpjs(predictor)
-        for n, end in after.items():
-            if n not in exclude:
-                drain[n] = max(drain.get(n, snap.now), end)
-        eligible = np.array([n not in blocked or (n in after and n not in exclude)
-                             for n in names], dtype=bool)
+        for n, end in [*after.items(), *spoken.items()]:
+            drain[n] = max(drain.get(n, snap.now), end)
+        eligible = np.array([n not in reserved or n in after for n in names], dtype=bool)
         if int(eligible.sum()) < shape.nodes:
             raise InfeasibleError(f"the job needs {shape.nodes} nodes; only "
                                   f"{int(eligible.sum())} are in no admin's reservation")

@@ -289,3 +289,31 @@ def test_plan_explains_a_job_that_needs_no_reservation(slurm: Slurm,
     assert "below the site's large-job threshold of 64" in proc.stderr
     proc = arnold(env, "reserve", "plan", "99999999", check=False)
     assert proc.returncode == 1 and "is not in the queue" in proc.stderr
+
+
+def test_start_order_agreement_counts_jobs_and_pairs() -> None:
+    from benchmarks.fidelity import agreement
+
+    sim = {"a": 0.0, "b": 10.0, "c": 20.0, "d": 21.0}
+    # c and d are within the tolerance in the sim: their live order does not count; b and c
+    # swap live, so both are out of order.
+    live = {"a": 1.0, "b": 30.0, "c": 25.0, "d": 24.0}
+    out = agreement(sim, live, tolerance=3.0)
+    assert out["jobs"] == 4 and out["ordered_pairs"] == 5
+    assert out["in_order_fraction"] == 0.25  # only a
+    # b-c and b-d disagree; a-b, a-c, a-d agree
+    assert out["pair_agreement"] == 0.6
+
+
+def test_bench_fidelity_quick(slurm: Slurm, env: dict[str, str]) -> None:
+    """20 KTH jobs live (times / 1200) and in the simulator: the whole path runs, and the two
+    mostly agree (the full run's numbers are in docs/benchmarks.md)."""
+    data = Path(__file__).resolve().parents[2] / "shared" / "data" / "swf"
+    if not (data / "KTH-SP2-1996-2.swf.gz").exists():
+        pytest.skip(f"no shared KTH log in {data}")
+    proc = arnold(env, "bench", "fidelity", "--quick", "--scale", "1200", "--data", str(data),
+                  "--json")
+    out = json.loads(proc.stdout)
+    assert out["jobs"] == 20 and out["lpjs"] >= 1
+    assert out["in_order_fraction"] >= 0.75 and out["pair_agreement"] >= 0.9
+    assert not ours(slurm)  # sync ran after the last LPJ and left nothing

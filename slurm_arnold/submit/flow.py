@@ -174,11 +174,8 @@ def plan_reserved(config: SiteConfig, db: StateDB, slurm: Slurm,
     snap = Snapshot.read(slurm, config)
     if short.job.nodes > len(snap.usable()):
         raise short  # it never fits: no plan to make
-    # Nodes that pending jobs asked for by name (ours placed, others' -w) are spoken for;
-    # running jobs' nodes are not: they drain, which is what the plan weighs.
-    spoken = {n for j in snap.jobs.values() if j.state == "PENDING" for n in j.required_nodes}
     choice = plan_nodes(snap, LivePredictor(config, db, list(snap.jobs.values())), short.job,
-                        horizon_s=math.inf, exclude=spoken, alpha=short.alpha,
+                        horizon_s=math.inf, alpha=short.alpha,
                         spread_weight_h=config.reservation.spread_weight_h, time_limit=10.0)
     assert choice is not None  # an infinite horizon always leaves a pool
     wait_min = max(0.0, choice.expected_start - snap.now) / 60
