@@ -5,10 +5,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 APT_PACKAGES := munge slurmctld slurmd slurmdbd slurm-client libslurm-dev mariadb-server \
-	mariadb-client python3 python3-venv python3-dev gcc make libgomp1
+	mariadb-client python3 python3-venv python3-dev gcc make libgomp1 clang libclang-rt-dev
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help system spank venv cluster cluster-down cluster-status test lint demo clean
+.PHONY: help system spank venv cluster cluster-down cluster-status test lint fuzz demo clean
 
 help:
 	@echo "make demo          set up, start the local cluster, show the topology and a placement"
@@ -53,7 +53,12 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: venv cluster lint
+# The rank-order parser under libFuzzer (ASan + UBSan) for a bounded time; a crash fails.
+FUZZ_SECONDS ?= 60
+fuzz: system
+	$(MAKE) -C spank fuzz FUZZ_SECONDS=$(FUZZ_SECONDS)
+
+test: venv cluster lint fuzz
 	source ./devcluster.env && $(VENV)/bin/pytest -q
 
 demo: venv cluster
