@@ -186,12 +186,17 @@ ALGOS = ("mip", "best-fit", "random-fit", "gpu-packing", "topo-aware", "slurm")
               help="Solver time limit in seconds.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed (random-fit).")
 @click.option("--partition", help="Partition whose nodes are free (live; default: Slurm's).")
+@click.option("--explain", is_flag=True,
+              help="Also show Slurm's own choice beside ours: a table and a picture.")
+@click.option("--picture", "picture_path", type=click.Path(dir_okay=False),
+              default="arnold-explain.svg", show_default=True,
+              help="Where --explain draws (SVG; a .png name gives PNG).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: int | None,
               tp: int, pp: int, dp: int | None, nodes: int | None, alpha: float | None,
               align: str | None, dp_volume: str | None, pp_volume: str | None,
               microbatches: int, algo: str, time_limit: float, seed: int,
-              partition: str | None, as_json: bool) -> None:
+              partition: str | None, explain: bool, picture_path: str, as_json: bool) -> None:
     """Place a TP x PP x DP job on the fat tree and print its layout and spreads."""
     config = load_config({"partition": partition})
     if topology_file:
@@ -227,10 +232,22 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
     else:
         result = place(view.topology, view.free, job, algo=algo, alpha=alpha,
                        time_limit=time_limit, seed=seed)
+    theirs = None
+    if explain:
+        from slurm_arnold.explain import picture, slurm_reference, table
+
+        theirs = slurm_reference(view, job, alpha, None if topology_file else Slurm())
+        picture(result, theirs, view, Path(picture_path))
     if as_json:
-        click.echo(json.dumps(result.as_json()))
+        doc = result.as_json()
+        if theirs is not None:
+            doc["explain"] = {"slurm": theirs.as_json(), "picture": picture_path}
+        click.echo(json.dumps(doc))
         return
     _print_placement(result, view.topology)
+    if theirs is not None:
+        click.echo(table(result, theirs, view.topology))
+        click.echo(f"picture: {picture_path}")
 
 
 def _print_placement(result: Placement, topo: Topology) -> None:

@@ -90,3 +90,33 @@ def test_live_topology_show_json(slurm: Slurm, slurm_conf_dir: Path) -> None:
     text = _run_arnold("topology", "show")
     assert text.returncode == 0
     assert "GPUs free" in text.stdout and "(minipod)" in text.stdout
+
+
+def test_place_explain_draws_ours_beside_slurms(tmp_path: Path, isolated_config: Path) -> None:
+    """On a fragmented tree, --explain tables both layouts with their spreads and draws
+    them; a .png name gives PNG, anything else SVG."""
+    from benchmarks.sim import fat_tree
+
+    topo = tmp_path / "topology.conf"
+    topo.write_text(fat_tree(4, 4, 4))  # n00..n63, 16 nodes a minipod
+    free = tmp_path / "free.txt"
+    # pod 0 has 10 free nodes spread over its leaves; pods 1-3 have 12 in whole leaves.
+    free.write_text("n[00-02,04-06,08-09,12-13]\nn[16-27]\nn[32-43]\nn[48-59]\n")
+    svg = tmp_path / "explain.svg"
+    result = CliRunner().invoke(main, ["place", "--topology", str(topo), "--free", str(free),
+                                       "--tp", "8", "--pp", "4", "--dp", "3", "--explain",
+                                       "--picture", str(svg), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    ours, theirs = doc["metrics"], doc["explain"]["slurm"]["metrics"]
+    assert doc["explain"]["slurm"]["algo"] == "slurm (modelled)"
+    assert ours["weighted_spread"] <= theirs["weighted_spread"]
+    assert svg.read_text().lstrip().startswith("<?xml") and "<svg" in svg.read_text()
+    png = tmp_path / "explain.png"
+    text = CliRunner().invoke(main, ["place", "--topology", str(topo), "--free", str(free),
+                                     "--tp", "8", "--pp", "4", "--dp", "3", "--explain",
+                                     "--picture", str(png)])
+    assert text.exit_code == 0, text.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "slurm (modelled): max DP spread" in text.output
+    assert f"picture: {png}" in text.output

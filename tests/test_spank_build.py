@@ -92,8 +92,8 @@ def test_dlopen_resolves_every_symbol_and_identifies_the_plugin(plugin: Path,
     lib = ctypes.CDLL(str(plugin), mode=os.RTLD_NOW | os.RTLD_LOCAL)
     for name in EXPORTS:
         assert getattr(lib, name) is not None
-    name = ctypes.cast(ctypes.addressof(ctypes.c_char.in_dll(lib, "plugin_name")),
-                       ctypes.c_char_p).value  # a char array, not a pointer
-    assert name == b"arnold_rankfile"
+    ident = ctypes.cast(ctypes.addressof(ctypes.c_char.in_dll(lib, "plugin_name")),
+                        ctypes.c_char_p).value  # a char array, not a pointer
+    assert ident == b"arnold_rankfile"
     with pytest.raises(AttributeError):
         getattr(lib, "arnold_rankorder_lookup")  # noqa: B009 - the parser stays private

@@ -186,6 +186,22 @@ def plan_reserved(config: SiteConfig, db: StateDB, slurm: Slurm,
     return choice.placement
 
 
+def explain(target: str, placement: Placement, view: ClusterView, slurm: Slurm,
+            default: Path) -> None:
+    """``--explain``: our placement beside Slurm's own choice, on stderr (stdout stays
+    sbatch's), and the picture (``--explain=PATH``; ``.png`` for PNG, else SVG)."""
+    from slurm_arnold.explain import picture, slurm_reference, table
+
+    try:
+        theirs = slurm_reference(view, placement.job, placement.alpha, slurm)
+    except ArnoldError as exc:
+        log.warning("--explain: no Slurm choice to compare with (%s)", exc)
+        return
+    path = default if target == "1" else Path(target)
+    picture(placement, theirs, view, path)
+    sys.stderr.write(table(placement, theirs, view.topology) + f"\npicture: {path}\n")
+
+
 def after_submit(config: SiteConfig, db: StateDB, slurm: Slurm, job_id: int) -> None:
     """When the submitter is an admin, reserve for a large job or decide a short one's
     admission at once; otherwise the next ``arnold reserve sync`` does (a user cannot make
@@ -294,6 +310,9 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
                                          placement_id, order)
         log.info("placement %s: %s, spreads dp %d pp %d", placement_id, algo,
                  placement.metrics.max_dp_spread, placement.metrics.max_pp_spread)
+        if "explain" in request.ours:
+            explain(request.ours["explain"], placement, view, slurm,
+                    config.state_dir / "explain" / f"{placement_id}.svg")
         extra = [f"--nodelist={hostlist.collect_hostlist(placement.nodes())}"]
         if request.sbatch.get("nodes") is None:
             extra.append(f"--nodes={job.nodes}")

@@ -44,8 +44,10 @@ LONG_FLAGS = {
     "no-requeue", "parsable", "propagate", "reboot", "requeue", "spread-job", "test-only",
     "usage", "use-min-nodes",
 }
-# Our options: value-taking, as --name VALUE or --name=VALUE.
+# Our options: value-taking, as --name VALUE or --name=VALUE; and flags (--explain, or
+# --explain=PATH for where the picture goes).
 OURS = ("tp", "pp", "dp", "alpha", "align", "placement", "rank-order")
+OUR_FLAGS = ("explain",)
 
 # The SBATCH_* variables sbatch reads for the options we look at.
 ENV_VARS = {"partition": "SBATCH_PARTITION", "gpus-per-node": "SBATCH_GPUS_PER_NODE",
@@ -67,7 +69,7 @@ class Parsed:
 
 def _resolve_long(name: str) -> str:
     """A long option name, with unique-prefix abbreviations expanded as getopt does."""
-    known = LONG_WITH_VALUE | LONG_FLAGS | set(OURS)
+    known = LONG_WITH_VALUE | LONG_FLAGS | set(OURS) | set(OUR_FLAGS)
     if name in known:
         return name
     matches = sorted(k for k in known if k.startswith(name))
@@ -91,6 +93,10 @@ def split_args(argv: Sequence[str]) -> Parsed:
         if arg.startswith("--") and len(arg) > 2:
             name, eq, value = arg[2:].partition("=")
             full = _resolve_long(name)
+            if full in OUR_FLAGS:
+                out.ours[full] = value if eq else "1"
+                i += 1
+                continue
             if full in OURS:
                 if not eq:
                     if i + 1 >= len(args):
@@ -180,7 +186,7 @@ def arnold_options(parsed: Parsed, script_text: str | None) -> dict[str, str]:
             if unknown or got.script:
                 bad = unknown[0] if unknown else got.script
                 raise ArnoldError(f"#ARNOLD line: unknown option {bad}; "
-                                  f"use --{', --'.join(OURS)}")
+                                  f"use --{', --'.join((*OURS, *OUR_FLAGS))}")
             ours.update(got.ours)
     ours.update(parsed.ours)
     return ours
