@@ -1,0 +1,216 @@
+"""``arnold bench``: the benchmark commands; each full run writes its section of
+docs/benchmarks.md, and ``--quick`` is the smoke run the tests use."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from slurm_arnold.errors import ArnoldError
+
+
+@click.group("bench")
+def bench() -> None:
+    """Benchmarks; each writes its section of docs/benchmarks.md."""
+
+
+@bench.command("placement")
+@click.option("--quick", is_flag=True, help="A small smoke run (does not touch the docs).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Shift the suite to other clusters.")
+@click.option("--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md",
+              show_default=True, help="Where the full run writes its table.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_placement(quick: bool, seed: int, docs: str, as_json: bool) -> None:
+    """Every placement algorithm side by side on fragmented clusters at three scales."""
+    from rich.progress import Progress
+
+    from benchmarks.placement import FULL, QUICK, markdown, run_suite, write_section
+
+    spec = QUICK if quick else FULL
+    total = sum(len(spec.jobs[s]) * spec.clusters[s] for s in spec.scales) * len(spec.pps) \
+        * len(spec.alphas)
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("placement cases", total=total)
+        result = run_suite(spec, seed, progress=lambda: bar.advance(task))
+    if not quick:
+        command = "arnold bench placement" + (f" --seed {seed}" if seed else "")
+        write_section(Path(docs), "placement", markdown(result, command))
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    s = result["summary"]
+    click.echo(f"{s['cases']} cases: ratio best-baseline/mip mean {s['ratio_mean']}, max "
+               f"{s['ratio_max']}; never worse than best baseline: "
+               f"{s['never_worse_than_best_baseline']}, than pp-aligned: "
+               f"{s['never_worse_than_pp_aligned']}")
+    for scale, v in s["per_scale"].items():
+        click.echo(f"  {scale}: p95 {v['solve_p95_s']} s, gap max {v['gap_max']}, "
+                   f"gap<=1% {v['proven_or_gap_1pct']}/{v['cases']}, time {v['time_share']}")
+
+
+@bench.command("predictor")
+@click.option("--quick", is_flag=True, help="A small smoke run (does not touch the docs).")
+@click.option("--size", type=click.IntRange(min=1000), default=450_000, show_default=True,
+              help="Jobs in the history.")
+@click.option("--data", type=click.Path(file_okay=False), default="../shared/data/swf",
+              show_default=True, help="Where the shared SWF logs are.")
+@click.option("--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md",
+              show_default=True, help="Where the full run writes its table.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_predictor(quick: bool, size: int, data: str, docs: str, as_json: bool) -> None:
+    """Training time on a large history and prediction latency."""
+    from benchmarks.placement import write_section
+    from benchmarks.predictor import accuracy, accuracy_markdown, markdown, run
+
+    result = run(5000 if quick else size, Path(data), probes=20 if quick else 200)
+    if not quick:
+        command = "arnold bench predictor" + (f" --size {size}" if size != 450_000 else "")
+        result["accuracy"] = accuracy(Path(data))
+        write_section(Path(docs), "predictor-accuracy",
+                      accuracy_markdown(result["accuracy"], command))
+        write_section(Path(docs), "predictor", markdown(result, command))
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    click.echo(f"{result['jobs']} jobs ({result['origin']}): features + training "
+               f"{result['train_total_s']} s; one prediction p95 {result['single_ms_p95']} ms; "
+               f"predict path p95 {result['predict_path_ms_p95']} ms")
+
+
+@bench.command("sim")
+@click.option("--quick", is_flag=True,
+              help="A smoke run: 3 runs on the first 1,000 jobs of each log (no docs).")
+@click.option("--data", type=click.Path(file_okay=False), default="../shared/data/swf",
+              show_default=True, help="Where the shared SWF logs are.")
+@click.option("--scale", type=click.IntRange(min=0), default=450_000, show_default=True,
+              help="Jobs of the replay-speed run (0: skip it).")
+@click.option("--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md",
+              show_default=True, help="Where the full run writes its table.")
+@click.option("--logs", default="KTH,Curie", show_default=True,
+              help="Which shared logs to replay (each writes its own section).")
+@click.option("--horizons", default="",
+              help="Instead, sweep the reservation horizon on --logs, e.g. 1,2,4 (hours).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons: str,
+              as_json: bool) -> None:
+    """slurm vs arnold with every predictor and mode on the shared logs, and replay speed."""
+    from benchmarks.placement import write_section
+    from benchmarks.sim import LOGS, compare, markdown, plot, run_one, scale_markdown, tiled
+    from predictor.swf import JobRecord, read_swf
+
+    names = [n.strip() for n in logs.split(",") if n.strip()]
+    # A horizon sweep is a run of its own: the comparison table is not redone with it.
+    result = {} if horizons else compare(
+        Path(data), quick=quick, limit=1000 if quick else None,
+        progress=lambda what: click.echo(f"arnold: bench sim: {what}", err=True), logs=names)
+    if not result and names and not horizons:
+        raise ArnoldError(f"no shared logs in {data}; pass --data DIR")
+    speed = None
+    if scale and not quick:
+        setup = LOGS[0]
+        path = Path(data) / setup.file
+        if path.exists():
+            records = tiled([r for r in read_swf(path) if isinstance(r, JobRecord)], scale)
+            # model_q retrains every simulated day: on ~5,000 days of tiled KTH that alone
+            # is over half an hour, so the speed runs use the engine with last2.
+            speed = [run_one(records, setup, policy, predictor, "share") | {
+                "origin": f"{setup.file} tiled", "jobs": len(records)}
+                for policy, predictor in (("slurm", "requested"), ("arnold", "last2"))]
+            write_section(Path(docs), "sim-scale", scale_markdown(
+                speed, f"arnold bench sim --logs '' --scale {scale}"))
+    sweep = None
+    if horizons:
+        from benchmarks.sim import horizon_markdown, horizon_sweep
+
+        try:
+            hours = [float(h) for h in horizons.split(",")]
+        except ValueError:
+            raise ArnoldError(f"--horizons {horizons!r}: give hours separated by commas, "
+                              "e.g. 1,2,4") from None
+        sweep = horizon_sweep(Path(data), names, hours,
+                              progress=lambda what: click.echo(f"arnold: bench sim: {what}",
+                                                               err=True))
+        write_section(Path(docs), "sim-horizon", horizon_markdown(
+            sweep, f"arnold bench sim --logs {logs} --scale 0 --horizons {horizons}"))
+    out: dict[str, Any] = {"runs": result, "scale": speed, "horizons": sweep}
+    if not quick:
+        for name, rows in result.items():
+            picture = Path(docs).parent / f"sim-{name}.png"
+            plot({name: rows}, picture)
+            write_section(Path(docs), f"sim-{name}", markdown(
+                {name: rows}, f"arnold bench sim --logs {name} --scale 0", picture.name))
+    if as_json:
+        click.echo(json.dumps(out))
+        return
+    for name, rows in result.items():
+        for r in rows:
+            click.echo(f"{name} {r['policy']}/{r['predictor']}/{r['mode']}: LPJ wait "
+                       f"{r['lpj_mean_wait_h']:.2f} h, spread {r['lpj_mean_weighted_spread']:.2f},"
+                       f" mean wait {r['mean_wait_h']:.2f} h ({r['seconds']} s)")
+
+
+@bench.command("fidelity")
+@click.option("--quick", is_flag=True, help="A smoke run: 20 jobs (no docs).")
+@click.option("--jobs", "n_jobs", type=click.IntRange(min=2), default=100, show_default=True,
+              help="Jobs of the KTH slice.")
+@click.option("--first", type=click.IntRange(min=0), default=10_000, show_default=True,
+              help="Index of the slice's first job.")
+@click.option("--scale", type=click.FloatRange(min=1), default=300.0, show_default=True,
+              help="Divide the log's times by this.")
+@click.option("--data", type=click.Path(file_okay=False), default="../shared/data/swf",
+              show_default=True, help="Where the shared SWF logs are.")
+@click.option("--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md",
+              show_default=True, help="Where the full run writes its section.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_fidelity(quick: bool, n_jobs: int, first: int, scale: float, data: str, docs: str,
+                   as_json: bool) -> None:
+    """A small log on the live cluster (arnold-sbatch + reserve sync) and in the simulator:
+    how closely start order and waits agree (admin: it runs `arnold reserve sync`)."""
+    from benchmarks.fidelity import FidelitySetup, markdown, run
+    from benchmarks.placement import write_section
+    from benchmarks.sim import LOGS
+
+    log = Path(data) / LOGS[0].file
+    if not log.exists():
+        raise ArnoldError(f"no KTH log at {log}; pass --data DIR")
+    setup = FidelitySetup(log, first=first, jobs=20 if quick else n_jobs, scale=scale)
+    result = run(setup, progress=lambda what: click.echo(f"arnold: bench fidelity: {what}",
+                                                         err=True))
+    if not quick:
+        write_section(Path(docs), "fidelity", markdown(
+            result, f"arnold bench fidelity --jobs {n_jobs} --first {first} --scale {scale:g}"))
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    click.echo(f"{result['jobs']} jobs: same start order for {result['in_order_fraction']:.0%}"
+               f", pairs {result['pair_agreement']:.1%}; mean wait live "
+               f"{result['live_mean_wait_s']} s, sim {result['sim_mean_wait_s']} s")
+
+
+@bench.command("sbatch")
+@click.option("--quick", is_flag=True, help="A smoke run: 2 pairs (no docs).")
+@click.option("--runs", type=click.IntRange(min=1), default=9, show_default=True,
+              help="Pairs of submissions (sbatch, arnold-sbatch).")
+@click.option("--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md",
+              show_default=True, help="Where the full run writes its section.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_sbatch(quick: bool, runs: int, docs: str, as_json: bool) -> None:
+    """Median wall time of arnold-sbatch vs plain sbatch for a 16-node job (live cluster)."""
+    from benchmarks.overhead import markdown, run
+    from benchmarks.placement import write_section
+
+    result = run(2 if quick else runs,
+                 progress=lambda what: click.echo(f"arnold: bench sbatch: {what}", err=True))
+    if not quick:
+        write_section(Path(docs), "sbatch-overhead",
+                      markdown(result, f"arnold bench sbatch --runs {runs}"))
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    click.echo(f"sbatch {result['sbatch_median_s']} s, arnold-sbatch "
+               f"{result['arnold_sbatch_median_s']} s: overhead {result['overhead_median_s']} s")
