@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -136,24 +138,49 @@ def test_not_free_now_is_refused_in_one_line(slurm: Slurm) -> None:
 
 
 def test_concurrent_submissions_never_share_nodes(slurm: Slurm, tmp_path: Path) -> None:
-    def one(_: int) -> subprocess.CompletedProcess[str]:
-        return arnold_sbatch("--parsable", "--tp", "8", "--pp", "2", "-N", "8", "--exclusive",
-                             "-t", "2", "-o", "/dev/null", "--wrap", "sleep 20")
+    """20 arnold-sbatch calls at once for 8 nodes each on 64 nodes, beside one call that
+    --waits: each ends with a job id or a one-line refusal, no node is given twice, none waits
+    for the --wait, and the state database is consistent afterwards."""
+    from site_config import load_config
 
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(one, range(4)))
+    waiter = subprocess.Popen([str(BIN / "arnold-sbatch"), "--parsable", "--wait", "--tp", "8",
+                               "--pp", "2", "-N", "2", "--exclusive", "-t", "2", "-o",
+                               "/dev/null", "--wrap", "sleep 90"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    assert waiter.stdout is not None
+    waiting_id = int(waiter.stdout.readline())  # sbatch printed it; --wait goes on
+
+    def one(_: int) -> tuple[float, subprocess.CompletedProcess[str]]:
+        t0 = time.monotonic()
+        proc = arnold_sbatch("--parsable", "--tp", "8", "--pp", "2", "-N", "8", "--exclusive",
+                             "-t", "2", "-o", "/dev/null", "--wrap", "sleep 20")
+        return time.monotonic() - t0, proc
+
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        results = list(pool.map(one, range(20)))
+    assert waiter.poll() is None  # still waiting for its job, and it blocked no one
     ids = []
-    for r in results:
-        assert r.returncode == 0, r.stderr
-        ids.append(int(r.stdout))
+    for seconds, r in results:
+        assert seconds < 60, r.stderr
+        if r.returncode == 0:
+            ids.append(int(r.stdout))
+        else:
+            assert r.returncode == 1 and r.stdout == ""
+            assert r.stderr.count("\n") == 1 and "nodes needed" in r.stderr, r.stderr
+    assert 1 <= len(ids) <= 7  # 62 nodes were free: at most 7 jobs of 8
     records = {r["slurm_job_id"]: r for r in jobs_json()}
-    seen: set[str] = set()
+    seen: set[str] = set(records[waiting_id]["nodes"])
     for job_id in ids:
         nodes = set(records[job_id]["nodes"])
         assert not nodes & seen
         seen |= nodes
-    for job_id in ids:
+        assert records[job_id]["status"] == "submitted"
+    db = sqlite3.connect(load_config().db_path)
+    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert db.execute("select count(*) from jobs where status = 'submitting'").fetchone() == (0,)
+    for job_id in [*ids, waiting_id]:
         slurm.cancel(job_id)
+    waiter.wait(timeout=60)
 
 
 def test_malformed_rank_file_fails_the_task(slurm: Slurm, tmp_path: Path) -> None:

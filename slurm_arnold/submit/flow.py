@@ -35,7 +35,13 @@ from slurm_arnold.placement.engine import check_alpha, place_from_node_list
 from slurm_arnold.rankorder import ORDERS, write_files
 from slurm_arnold.slurm import Slurm
 from slurm_arnold.state import StateDB
-from slurm_arnold.submit.options import Parsed, arnold_options, effective, split_args
+from slurm_arnold.submit.options import (
+    Parsed,
+    arnold_options,
+    directive_lines,
+    effective,
+    split_args,
+)
 
 log = logging.getLogger(__name__)
 ALGOS = ("mip", "best-fit", "random-fit", "gpu-packing", "topo-aware", "slurm")
@@ -289,6 +295,13 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
     request = read_request(argv, stdin)
     if not request.ours:
         return _run_sbatch(argv, request, out, None)
+    hetjob = request.parsed.components > 1 or any(
+        tokens[:1] in (["hetjob"], ["packjob"])
+        for tokens in directive_lines(request.script_text or "", "#SBATCH"))
+    if hetjob:
+        raise ArnoldError("a heterogeneous job (':' or '#SBATCH hetjob') cannot be placed as "
+                          "one TP x PP x DP matrix; drop our options (--tp, --pp, ...) to "
+                          "submit it as plain sbatch")
     order = request.ours.get("rank-order", "tp-dp-pp")
     if order not in ORDERS:
         raise ArnoldError(f"--rank-order {order}: use one of {', '.join(ORDERS)}")

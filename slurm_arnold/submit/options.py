@@ -49,11 +49,30 @@ LONG_FLAGS = {
 OURS = ("tp", "pp", "dp", "alpha", "align", "placement", "rank-order")
 OUR_FLAGS = ("explain",)
 
-# The SBATCH_* variables sbatch reads for the options we look at.
-ENV_VARS = {"partition": "SBATCH_PARTITION", "gpus-per-node": "SBATCH_GPUS_PER_NODE",
-            "constraint": "SBATCH_CONSTRAINT", "export": "SBATCH_EXPORT",
-            "reservation": "SBATCH_RESERVATION", "gres": "SBATCH_GRES",
-            "exclusive": "SBATCH_EXCLUSIVE", "wait": "SBATCH_WAIT"}
+# The SBATCH_* input variables of sbatch (man sbatch, 22.05) for the options they set.
+ENV_VARS = {
+    "account": "SBATCH_ACCOUNT", "acctg-freq": "SBATCH_ACCTG_FREQ", "array": "SBATCH_ARRAY_INX",
+    "clusters": "SBATCH_CLUSTERS", "constraint": "SBATCH_CONSTRAINT",
+    "container": "SBATCH_CONTAINER", "core-spec": "SBATCH_CORE_SPEC",
+    "cpus-per-gpu": "SBATCH_CPUS_PER_GPU", "delay-boot": "SBATCH_DELAY_BOOT",
+    "distribution": "SBATCH_DISTRIBUTION", "exclusive": "SBATCH_EXCLUSIVE",
+    "export": "SBATCH_EXPORT", "get-user-env": "SBATCH_GET_USER_ENV",
+    "gpu-bind": "SBATCH_GPU_BIND", "gpu-freq": "SBATCH_GPU_FREQ", "gpus": "SBATCH_GPUS",
+    "gpus-per-node": "SBATCH_GPUS_PER_NODE", "gpus-per-task": "SBATCH_GPUS_PER_TASK",
+    "gres": "SBATCH_GRES", "gres-flags": "SBATCH_GRES_FLAGS", "hint": "SBATCH_HINT",
+    "ignore-pbs": "SBATCH_IGNORE_PBS", "job-name": "SBATCH_JOB_NAME",
+    "mem-bind": "SBATCH_MEM_BIND", "mem-per-cpu": "SBATCH_MEM_PER_CPU",
+    "mem-per-gpu": "SBATCH_MEM_PER_GPU", "mem": "SBATCH_MEM_PER_NODE",
+    "network": "SBATCH_NETWORK", "no-kill": "SBATCH_NO_KILL",
+    "no-requeue": "SBATCH_NO_REQUEUE", "open-mode": "SBATCH_OPEN_MODE",
+    "overcommit": "SBATCH_OVERCOMMIT", "partition": "SBATCH_PARTITION",
+    "power": "SBATCH_POWER", "profile": "SBATCH_PROFILE", "qos": "SBATCH_QOS",
+    "requeue": "SBATCH_REQUEUE", "reservation": "SBATCH_RESERVATION",
+    "signal": "SBATCH_SIGNAL", "spread-job": "SBATCH_SPREAD_JOB",
+    "switches": "SBATCH_REQ_SWITCH", "thread-spec": "SBATCH_THREAD_SPEC",
+    "threads-per-core": "SBATCH_THREADS_PER_CORE", "time": "SBATCH_TIMELIMIT",
+    "use-min-nodes": "SBATCH_USE_MIN_NODES", "wait": "SBATCH_WAIT", "wckey": "SBATCH_WCKEY",
+}
 
 
 @dataclass
@@ -65,6 +84,7 @@ class Parsed:
     script: str | None = None
     script_args: list[str] = field(default_factory=list)
     cli: dict[str, str] = field(default_factory=dict)  # sbatch options given on the command line
+    components: int = 1  # a heterogeneous job's components (split by ":")
 
 
 def _resolve_long(name: str) -> str:
@@ -90,6 +110,11 @@ def split_args(argv: Sequence[str]) -> Parsed:
             out.sbatch_args.append(arg)
             i += 1
             break
+        if arg == ":":  # the next component of a heterogeneous job (its options follow)
+            out.sbatch_args.append(arg)
+            out.components += 1
+            i += 1
+            continue
         if arg.startswith("--") and len(arg) > 2:
             name, eq, value = arg[2:].partition("=")
             full = _resolve_long(name)
@@ -111,7 +136,8 @@ def split_args(argv: Sequence[str]) -> Parsed:
                 value = args[i + 1]
                 out.sbatch_args.append(value)
                 i += 1
-            out.cli[full] = value if (eq or full in LONG_WITH_VALUE) else "1"
+            if out.components == 1:
+                out.cli[full] = value if (eq or full in LONG_WITH_VALUE) else "1"
             i += 1
             continue
         if arg.startswith("-") and len(arg) > 1:
@@ -126,9 +152,11 @@ def split_args(argv: Sequence[str]) -> Parsed:
                         value = args[i + 1]
                         out.sbatch_args.append(value)
                         i += 1
-                    out.cli[SHORT_WITH_VALUE[ch]] = value
+                    if out.components == 1:
+                        out.cli[SHORT_WITH_VALUE[ch]] = value
                     break
-                out.cli[SHORT_FLAGS.get(ch, ch)] = "1"
+                if out.components == 1:
+                    out.cli[SHORT_FLAGS.get(ch, ch)] = "1"
                 j += 1
             i += 1
             continue
@@ -163,11 +191,14 @@ def directive_lines(script: str, prefix: str) -> list[list[str]]:
 
 def effective(parsed: Parsed, script_text: str | None,
               env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """sbatch's effective options: command line > SBATCH_* environment > #SBATCH lines."""
+    """sbatch's effective options for the job (its first component): command line >
+    SBATCH_* environment > #SBATCH lines (those before a ``#SBATCH hetjob`` line)."""
     env = os.environ if env is None else env
     values: dict[str, str] = {}
     if script_text is not None:
         for tokens in directive_lines(script_text, "#SBATCH"):
+            if tokens[:1] in (["hetjob"], ["packjob"]):
+                break
             values.update(split_args(tokens).cli)
     for name, var in ENV_VARS.items():
         if var in env:

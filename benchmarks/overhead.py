@@ -1,0 +1,68 @@
+"""``arnold bench sbatch``: what arnold-sbatch adds to a submission, side by side with sbatch.
+
+Alternating runs of the same 16-node job (TP8 x PP4 x DP4 on 8-GPU nodes), held and cancelled
+at once so the cluster stays empty: plain ``sbatch`` (slurmctld picks nodes) against
+``arnold-sbatch`` (reads the cluster, solves the placement, writes the rank files, runs the
+same sbatch with ``--nodelist``). Wall time of each command as a user sees it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from slurm_arnold.errors import ArnoldError
+from slurm_arnold.slurm import Slurm
+
+JOB = ["--parsable", "--hold", "-N", "16", "--exclusive", "--gpus-per-node=8", "-t", "5",
+       "-o", "/dev/null", "--wrap", "true"]
+OURS = ["--tp", "8", "--pp", "4"]
+
+
+def _timed(cmd: list[str]) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise ArnoldError(f"{cmd[0]} failed: {proc.stderr.strip()}")
+    return seconds, int(proc.stdout.strip().split(";")[0])
+
+
+def run(runs: int = 9, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """``runs`` pairs of submissions; medians, their difference and ratio."""
+    slurm = Slurm()
+    arnold = str(Path(sys.executable).parent / "arnold-sbatch")
+    plain: list[float] = []
+    ours: list[float] = []
+    for i in range(runs):
+        for which, cmd in (("sbatch", ["sbatch", *JOB]), ("arnold-sbatch", [arnold, *OURS, *JOB])):
+            seconds, job_id = _timed(cmd)
+            slurm.cancel(job_id)
+            (plain if which == "sbatch" else ours).append(seconds)
+        if progress:
+            progress(f"pair {i + 1}/{runs}: sbatch {plain[-1]:.3f} s, arnold-sbatch "
+                     f"{ours[-1]:.3f} s")
+    med_plain, med_ours = statistics.median(plain), statistics.median(ours)
+    return {"runs": runs, "sbatch_median_s": round(med_plain, 3),
+            "arnold_sbatch_median_s": round(med_ours, 3),
+            "overhead_median_s": round(med_ours - med_plain, 3),
+            "ratio": round(med_ours / med_plain, 2) if med_plain else None,
+            "target_met": med_ours - med_plain <= 1.0}
+
+
+def markdown(result: dict[str, Any], command: str) -> str:
+    """The docs section."""
+    return "\n".join([
+        "## arnold-sbatch overhead", "",
+        f"Command: `{command}` (on the 64-node local cluster; setup in "
+        "`benchmarks/overhead.py`: a held 16-node TP8 x PP4 x DP4 job, alternating).", "",
+        f"- median of {result['runs']} submissions: sbatch **{result['sbatch_median_s']} s**, "
+        f"arnold-sbatch **{result['arnold_sbatch_median_s']} s**: overhead "
+        f"**{result['overhead_median_s']} s** (x{result['ratio']}); target <= 1 s: "
+        f"{'met' if result['target_met'] else 'NOT met'}.",
+    ])
