@@ -210,12 +210,16 @@ class Snapshot:
 
     def after_our_lpjs(self, predictor: LivePredictor) -> dict[str, float]:
         """Nodes of our reservations, and when their LPJ is expected to end: its (expected)
-        start plus its time limit."""
+        start plus its time limit; now for one whose LPJ has ended (the next ``sync``
+        deletes it)."""
         drain = self.drain(predictor)
         out: dict[str, float] = {}
         for res in self.reservations.values():
+            if lpj_of(res.name) is None:
+                continue
             lpj = self.jobs.get(lpj_of(res.name) or -1)
             if lpj is None or lpj.state not in ALIVE:
+                out.update({n: self.now for n in res.nodes})
                 continue
             start = float(lpj.start_time or self.now) if lpj.state != "PENDING" else max(
                 [self.now, *(drain.get(n, self.now) for n in res.nodes)])
