@@ -68,3 +68,21 @@ def test_precedence_command_line_env_script() -> None:
 def test_unknown_arnold_directive() -> None:
     with pytest.raises(ArnoldError, match="#ARNOLD line: unknown option -N"):
         arnold_options(split_args(["job.sh"]), "#!/bin/sh\n#ARNOLD --tp 8 -N 4\n")
+
+
+def test_heterogeneous_components() -> None:
+    parsed = split_args(["-N", "2", "-J", "a", ":", "-N", "1", "-t", "9", "job.sh", "x"])
+    assert parsed.components == 2
+    assert parsed.cli == {"nodes": "2", "job-name": "a"}  # the first component's
+    assert parsed.sbatch_args == ["-N", "2", "-J", "a", ":", "-N", "1", "-t", "9"]
+    assert parsed.script == "job.sh" and parsed.script_args == ["x"]
+    script = "#!/bin/bash\n#SBATCH -N 2 -t 4\n#SBATCH hetjob\n#SBATCH -N 1 -t 9\ntrue\n"
+    assert effective(split_args([]), script, {}) == {"nodes": "2", "time": "4"}
+
+
+def test_every_sbatch_input_variable_is_read() -> None:
+    env = {"SBATCH_TIMELIMIT": "9", "SBATCH_JOB_NAME": "e", "SBATCH_ACCOUNT": "acc",
+           "SBATCH_MEM_PER_NODE": "4G", "SBATCH_REQ_SWITCH": "1"}
+    got = effective(split_args(["-J", "cli"]), "#!/bin/sh\n#SBATCH -t 5 -A x\ntrue\n", env)
+    assert got == {"time": "9", "job-name": "cli", "account": "acc", "mem": "4G",
+                   "switches": "1"}
