@@ -194,3 +194,35 @@ def test_malformed_rank_file_fails_the_task(slurm: Slurm, tmp_path: Path) -> Non
     job_id = int(proc.stdout)
     assert wait_for_job(slurm, job_id) == "FAILED"
     assert f"arnold: {bad}: line 2: bad world_size" in err.read_text()
+
+
+def test_a_rank_file_the_user_cannot_read_is_refused(slurm: Slurm, tmp_path: Path) -> None:
+    """The plugin reads the file with the job user's rights: a root-only file given to a job
+    of `nobody` fails its task instead of leaking root's file into the job's ranks."""
+    import pwd
+    import shutil
+    import tempfile
+
+    private = Path(tempfile.mkdtemp(prefix="arnold-private-"))
+    secret = private / "root-only.rankorder"
+    secret.write_text("arnold-rankorder v1\n")
+    secret.chmod(0o600)
+    private.chmod(0o755)
+    out = Path(tempfile.mkdtemp(prefix="arnold-nobody-out-"))
+    out.chmod(0o777)
+    nobody = pwd.getpwnam("nobody")
+    proc = subprocess.run(["sbatch", "--parsable", f"--uid={nobody.pw_uid}",
+                           f"--gid={nobody.pw_gid}", "-N", "1", "-D", str(out),
+                           "-e", str(out / "err.txt"), "-o", "/dev/null", "--wrap",
+                           f"srun --arnold-rankfile={secret} true"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr
+    job_id = int(proc.stdout)
+    try:
+        assert wait_for_job(slurm, job_id) == "FAILED"
+        assert f"arnold: {secret}: cannot open: Permission denied" in (
+            out / "err.txt").read_text()
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
+
