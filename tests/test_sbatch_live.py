@@ -226,3 +226,13 @@ def test_a_rank_file_the_user_cannot_read_is_refused(slurm: Slurm, tmp_path: Pat
         shutil.rmtree(private, ignore_errors=True)
         shutil.rmtree(out, ignore_errors=True)
 
+
+
+def test_bench_sbatch_quick(slurm: Slurm) -> None:
+    out = subprocess.run([str(BIN / "arnold"), "bench", "sbatch", "--quick", "--json"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["runs"] == 2 and doc["sbatch_median_s"] > 0
+    assert abs(doc["overhead_median_s"] - (doc["arnold_sbatch_median_s"]
+                                           - doc["sbatch_median_s"])) <= 0.002
