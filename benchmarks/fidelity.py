@@ -11,9 +11,15 @@ Slurm's unit, at least one). It is replayed twice with the same settings:
 - **sim**: ``arnold sim``'s engine, policy arnold, on the cluster's own topology.
 
 Both gate on time limits (``requested``), so the predictor's training does not differ. Compared:
-start order (a job is *in order* when every job the simulation started more than
-``--tolerance`` seconds before it also started before it live, and every one started that
-much later also started later), pairwise order agreement, and waits.
+
+- **same start order**: the largest set of jobs that start in the same order in both (the
+  longest run of jobs, taken in live start order, whose simulated starts never go back by
+  more than ``--tolerance`` seconds: sim starts closer than that are ties), as a fraction of
+  the jobs; the issue's target is 90%;
+- **pairs**: of the job pairs the simulation starts more than the tolerance apart, the share
+  started in the same order live (a Kendall-style agreement);
+- **strictly in order**: jobs whose every such pair agrees (one late job breaks many);
+- waits: means and mean absolute difference per job.
 """
 
 from __future__ import annotations
@@ -188,8 +194,16 @@ def agreement(sim_start: dict[str, float], live_start: dict[str, float],
     agree = (np.sign(ds) == np.sign(dl)) | ~ordered
     in_order = agree.all(axis=1)
     pairs = int(np.triu(ordered, 1).sum())
+    # Longest chain in live order whose sim starts never go back by more than the tolerance.
+    by_live = [sim_start[k] for k in sorted(keys, key=lambda k: live_start[k])]
+    best = [1] * len(by_live)
+    for j in range(len(by_live)):
+        for i in range(j):
+            if by_live[j] >= by_live[i] - tolerance and best[i] + 1 > best[j]:
+                best[j] = best[i] + 1
     return {
         "jobs": len(keys),
+        "same_order_fraction": round(max(best, default=0) / len(keys), 4) if keys else 0.0,
         "in_order_fraction": round(float(in_order.mean()), 4) if keys else 0.0,
         "pair_agreement": round(float(np.triu(agree & ordered, 1).sum() / pairs), 4)
         if pairs else 1.0,
@@ -232,6 +246,8 @@ def run(setup: FidelitySetup, env: dict[str, str] | None = None,
         "lpjs": sum(1 for j in sim_jobs if j.lpj),
         "replay_seconds": round(time.time() - t0, 1),
         "scale": setup.scale, "first": setup.first, "tolerance_s": setup.tolerance,
+        "per_job": [{"job": k, "sim_start_s": sim_start[k], "live_start_s": live_start[k],
+                     "sim_wait_s": sim_wait[k], "live_wait_s": live_wait[k]} for k in keys],
     }
     return result
 
@@ -245,9 +261,11 @@ def markdown(result: dict[str, Any], command: str) -> str:
         f"- {result['jobs']} KTH jobs from job {result['first']:,}, times / {result['scale']:g}"
         f" ({result['lpjs']} large jobs of {LPJ_GPUS}+ GPUs), replayed live in "
         f"{result['replay_seconds']} s.",
-        f"- Same start order (within {result['tolerance_s']:g} s): **"
-        f"{result['in_order_fraction']:.0%} of jobs** (target 90%); pairs ordered alike: "
-        f"{result['pair_agreement']:.1%} of {result['ordered_pairs']:,}.",
+        f"- Same start order (sim ties within {result['tolerance_s']:g} s): **"
+        f"{result['same_order_fraction']:.0%} of jobs** (target 90%: "
+        f"{'met' if result['same_order_fraction'] >= 0.9 else 'NOT met'}); pairs ordered "
+        f"alike: {result['pair_agreement']:.1%} of {result['ordered_pairs']:,}; jobs with "
+        f"every pair alike: {result['in_order_fraction']:.0%}.",
         f"- Mean wait: live {result['live_mean_wait_s']} s, sim {result['sim_mean_wait_s']} s;"
         f" mean |difference| per job {result['mean_abs_wait_diff_s']} s.",
     ])

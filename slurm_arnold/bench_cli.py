@@ -187,7 +187,7 @@ def bench_fidelity(quick: bool, n_jobs: int, first: int, scale: float, data: str
     if as_json:
         click.echo(json.dumps(result))
         return
-    click.echo(f"{result['jobs']} jobs: same start order for {result['in_order_fraction']:.0%}"
+    click.echo(f"{result['jobs']} jobs: same start order for {result['same_order_fraction']:.0%}"
                f", pairs {result['pair_agreement']:.1%}; mean wait live "
                f"{result['live_mean_wait_s']} s, sim {result['sim_mean_wait_s']} s")
 

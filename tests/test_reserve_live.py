@@ -301,6 +301,8 @@ def test_start_order_agreement_counts_jobs_and_pairs() -> None:
     out = agreement(sim, live, tolerance=3.0)
     assert out["jobs"] == 4 and out["ordered_pairs"] == 5
     assert out["in_order_fraction"] == 0.25  # only a
+    # live order a, d, c, b: sim starts 0, 21, 20, 10: the longest chain a, d, c (20 >= 21 - 3)
+    assert out["same_order_fraction"] == 0.75
     # b-c and b-d disagree; a-b, a-c, a-d agree
     assert out["pair_agreement"] == 0.6
 
@@ -315,5 +317,6 @@ def test_bench_fidelity_quick(slurm: Slurm, env: dict[str, str]) -> None:
                   "--json")
     out = json.loads(proc.stdout)
     assert out["jobs"] == 20 and out["lpjs"] >= 1
-    assert out["in_order_fraction"] >= 0.75 and out["pair_agreement"] >= 0.9
+    assert out["same_order_fraction"] >= 0.75 and out["pair_agreement"] >= 0.9
+    assert len(out["per_job"]) == 20
     assert not ours(slurm)  # sync ran after the last LPJ and left nothing
