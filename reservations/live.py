@@ -111,20 +111,40 @@ class LivePredictor:
     else each job's time limit (``requested``)."""
 
     def __init__(self, config: SiteConfig, state: StateDB, jobs: Sequence[JobInfo]) -> None:
-        self.model: JctModel | None = None
-        self.name = "requested"
-        if config.reservation.predictor == "model_q":
-            from predictor.service import load_serving
-
-            try:
-                self.model = load_serving(config)
-                self.name = "model_q"
-            except ModelError as exc:
-                log.warning("%s; gating on time limits instead", exc)
+        self.config = config
+        self._loaded = False
+        self._model: JctModel | None = None
+        self._name = "requested"
         self.state = state
         self.jobs = jobs
         self._history: dict[str, list[JobRecord]] = {}
         self._cache: dict[int, tuple[float, float]] = {}
+
+    def _load(self) -> None:
+        """The serving model, read on first use (most calls never need it)."""
+        if self._loaded:
+            return
+        self._loaded = True
+        if self.config.reservation.predictor == "model_q":
+            from predictor.service import load_serving
+
+            try:
+                self._model = load_serving(self.config)
+                self._name = "model_q"
+            except ModelError as exc:
+                log.warning("%s; gating on time limits instead", exc)
+
+    @property
+    def model(self) -> JctModel | None:
+        """The serving model, or ``None`` (gate on time limits)."""
+        self._load()
+        return self._model
+
+    @property
+    def name(self) -> str:
+        """``model_q`` or ``requested``: what the predictions are."""
+        self._load()
+        return self._name
 
     def predict(self, job: JobInfo) -> tuple[float, float]:
         """(point, upper) predicted run time in seconds; both the limit without a model."""

@@ -43,7 +43,7 @@ echo "== 3. What its 128 tasks printed (first of each stage, sorted by rank) =="
 sort -t= -k2 -n "$out/train-$job.out" | awk -F'PP=' '{split($2, a, " "); if (!(a[1] in seen)) {seen[a[1]]=1; print}}'
 echo "... ($(wc -l < "$out/train-$job.out") lines in $out/train-$job.out; state $state)"
 echo
-echo "== 4. Where it went, beside where Slurm would have put it =="
+echo "== 4. The job as arnold recorded it (its layout beside Slurm's is in step 2) =="
 arnold jobs --limit 1
 echo
 echo "picture of both layouts: $out/placement.svg"
