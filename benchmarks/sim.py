@@ -139,8 +139,9 @@ def horizon_sweep(data_dir: Path, logs: Sequence[str], horizons: Sequence[float]
 def horizon_markdown(result: dict[str, list[dict[str, Any]]], command: str) -> str:
     """The horizon-sweep section: how far ahead reserving pays."""
     lines = ["## Simulator: the reservation horizon", "",
-             f"Command: `{command}`. arnold with the `requested` predictor (the fastest; the "
-             "horizon's effect does not depend on the gate) in share mode; ratios vs slurm.",
+             f"Command: `{command}`. arnold with the `requested` predictor (the fastest gate; "
+             "the main tables run model_q at the default 2 h) in share mode; ratios vs slurm "
+             "in the same run.",
              "", "| log | horizon (h) | LPJ mean wait | LPJ spread | everyone's mean wait |"
              " reservations |", "|---|---|---|---|---|---|"]
     for log, rows in result.items():
