@@ -214,3 +214,34 @@ def bench_sbatch(quick: bool, runs: int, docs: str, as_json: bool) -> None:
         return
     click.echo(f"sbatch {result['sbatch_median_s']} s, arnold-sbatch "
                f"{result['arnold_sbatch_median_s']} s: overhead {result['overhead_median_s']} s")
+
+
+@bench.command("plan")
+@click.option("--quick", is_flag=True, help="A smoke run: two search-time cases (no docs).")
+@click.option("--reference", type=click.Path(dir_okay=False),
+              default="../shared/data/reference/megatron-sc21-table1.csv", show_default=True,
+              help="Megatron-LM's Table 1 as CSV.")
+@click.option("--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md",
+              show_default=True, help="Where the full run writes its section.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_plan(quick: bool, reference: str, docs: str, as_json: bool) -> None:
+    """The planner's cost model against Megatron-LM's Table 1, and its search time."""
+    from benchmarks.placement import write_section
+    from benchmarks.plan import markdown, speed, table1
+
+    if not Path(reference).exists():
+        raise ArnoldError(f"no reference table at {reference}; pass --reference FILE")
+    rows = table1(Path(reference))
+    speeds = speed(quick)
+    if not quick:
+        write_section(Path(docs), "plan", markdown(rows, speeds, "arnold bench plan"))
+    if as_json:
+        click.echo(json.dumps({"table1": rows, "speed": speeds}))
+        return
+    for r in rows:
+        click.echo(f"{r['model']}: published {r['published_tflops']:.0f}, predicted "
+                   f"{r['predicted_tflops']:.1f} ({r['error']:+.1%}); planner "
+                   f"{r['planned_layout']} {r['planned_tflops']:.1f}")
+    for sp in speeds:
+        click.echo(f"search {sp['model']} on {sp['gpus']} GPUs: {sp['seconds']:.3f} s")
+

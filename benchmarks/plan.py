@@ -1,0 +1,83 @@
+"""``arnold bench plan``: the cost model against Megatron-LM's Table 1, and search time.
+
+Table 1 (A100, Selene's network): for each row, the published TFLOP/s per GPU, what the cost
+model predicts for the published layout, and the planner's own choice with its prediction.
+Search time: the exhaustive search at 1,024 and 16,384 GPUs (targets 1 s and 10 s).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from slurm_arnold.plan.catalog import GPUS, MODELS
+from slurm_arnold.plan.cost import EFFICIENCY, estimate
+from slurm_arnold.plan.reference import CALIBRATION_ROWS, SELENE, read_table
+from slurm_arnold.plan.search import search
+
+SPEED_CASES = (("gpt-76.1b", "a100-80g", 1024, 1792), ("gpt3-175b", "h100-80g", 1024, 1536),
+               ("llama3-405b", "h100-80g", 16384, 2048), ("gpt-1008b", "h100-80g", 16384, 16384))
+
+
+def table1(path: Path) -> list[dict[str, Any]]:
+    """Published vs predicted vs planned, per row."""
+    a100 = GPUS["a100-80g"]
+    out = []
+    for r in read_table(path):
+        pub = estimate(r.model, a100, SELENE, r.layout, r.global_batch)
+        plan = search(r.model, a100, SELENE, r.layout.gpus, r.global_batch)
+        lay = plan.layout
+        out.append({
+            "model": r.model.name, "gpus": r.layout.gpus, "batch": r.global_batch,
+            "published_layout": f"TP{r.layout.tp} PP{r.layout.pp} DP{r.layout.dp}",
+            "published_tflops": r.tflops_per_gpu, "predicted_tflops": pub.tflops_per_gpu,
+            "error": pub.tflops_per_gpu / r.tflops_per_gpu - 1,
+            "planned_layout": f"TP{lay.tp} PP{lay.pp} DP{lay.dp} mb{lay.micro_batch} "
+                              f"ZeRO-{lay.zero} {lay.recompute} v{lay.interleave}",
+            "planned_tflops": plan.estimate.tflops_per_gpu,
+            "planned_gib": plan.estimate.memory_gib_per_gpu,
+        })
+    return out
+
+
+def speed(quick: bool = False) -> list[dict[str, Any]]:
+    """Search seconds per case (median of 3)."""
+    out = []
+    for name, gpu, gpus, batch in SPEED_CASES[:2] if quick else SPEED_CASES:
+        times = []
+        for _ in range(1 if quick else 3):
+            t0 = time.perf_counter()
+            plan = search(MODELS[name], GPUS[gpu], SELENE, gpus, batch)
+            times.append(time.perf_counter() - t0)
+        out.append({"model": name, "gpu": gpu, "gpus": gpus, "batch": batch,
+                    "seconds": sorted(times)[len(times) // 2], "evaluated": plan.evaluated})
+    return out
+
+
+def markdown(rows: list[dict[str, Any]], speeds: list[dict[str, Any]], command: str) -> str:
+    """The docs section."""
+    lines = ["## Planner: Megatron-LM Table 1 and search time", "",
+             f"Command: `{command}`. A100 efficiency {EFFICIENCY['a100-80g']} fitted on the "
+             f"rows {' and '.join(CALIBRATION_ROWS)} (`slurm_arnold/plan/reference.py`); "
+             "network: Selene's (NVLink 3, one 200 Gb/s HDR link per GPU). The planner searches "
+             "equal-stage layouts exhaustively (NEST's dynamic program is not built yet).", "",
+             "| model | GPUs | published layout | published TFLOP/s | predicted | error | "
+             "planner's layout | its TFLOP/s | GiB/GPU |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['gpus']} | {r['published_layout']} | "
+                     f"{r['published_tflops']:.0f} | {r['predicted_tflops']:.1f} | "
+                     f"{r['error']:+.1%} | {r['planned_layout']} | {r['planned_tflops']:.1f} | "
+                     f"{r['planned_gib']:.1f} |")
+    worst = max(abs(r["error"]) for r in rows) if rows else 0.0
+    lines += ["", f"Largest error on the published layouts: {worst:.1%} (target 15%). "
+              "The planner's choices are faster mostly by dropping full recomputation where "
+              "memory allows and by interleaving (smaller bubble); TFLOP/s counts the paper's "
+              "FLOPs (with recomputation) so the columns compare.", "",
+              "| model | GPU | GPUs | layouts priced | search time |", "|---|---|---|---|---|"]
+    for s in speeds:
+        target = 1.0 if s["gpus"] <= 1024 else 10.0
+        lines.append(f"| {s['model']} | {s['gpu']} | {s['gpus']:,} | {s['evaluated']:,} | "
+                     f"**{s['seconds']:.3f} s** ({'met' if s['seconds'] < target else 'NOT met'}"
+                     f": < {target:g} s) |")
+    return "\n".join(lines)

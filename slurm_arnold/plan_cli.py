@@ -1,0 +1,100 @@
+"""``arnold plan``: which parallel layout a training job should use (or what a given one costs)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import click
+
+from site_config import load_config
+from slurm_arnold.errors import ArnoldError
+
+
+@click.command("plan")
+@click.option("--model", "model_name", required=True,
+              help="A catalogue model (gpt-1.7b ... gpt-1008b, gpt3-175b, llama2-7b, "
+                   "llama3-70b, llama3-405b, mixtral-8x7b, bert-large) or a TOML file.")
+@click.option("--gpus", type=click.IntRange(min=1), required=True, help="GPUs of the job.")
+@click.option("--global-batch", type=click.IntRange(min=1), required=True,
+              help="Sequences per iteration.")
+@click.option("--seq", type=click.IntRange(min=1), help="Sequence length (default: the model's).")
+@click.option("--gpu", "gpu_name", default="h100-80g", show_default=True,
+              help="a100-80g, h100-80g, h200, or a TOML file.")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--topology", "topology_file", type=click.Path(dir_okay=False, exists=True),
+              help="topology.conf: its leaf size decides which groups cross the core.")
+@click.option("--evaluate", is_flag=True, help="Price the layout given by --tp/--pp/... instead "
+                                                 "of searching.")
+@click.option("--tp", type=click.IntRange(min=1))
+@click.option("--pp", type=click.IntRange(min=1))
+@click.option("--dp", type=click.IntRange(min=1), help="Default: the GPUs left.")
+@click.option("--cp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--zero", type=click.IntRange(min=0, max=3), default=1, show_default=True)
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="full",
+              show_default=True)
+@click.option("--interleave", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def plan(model_name: str, gpus: int, global_batch: int, seq: int | None, gpu_name: str,
+         gpus_per_node: int, topology_file: str | None, evaluate: bool, tp: int | None,
+         pp: int | None, dp: int | None, cp: int, ep: int, micro_batch: int, zero: int,
+         recompute: str, interleave: int, as_json: bool) -> None:
+    """The fastest TP/PP/DP, ZeRO stage, recomputation and micro-batch that fit (exhaustive over
+    equal stages, priced by the cost model in slurm_arnold/plan/cost.py); or, with --evaluate,
+    what a given layout costs."""
+    from slurm_arnold.plan.catalog import load_gpu, load_model
+    from slurm_arnold.plan.cost import LEAF_NODES, Layout, estimate
+    from slurm_arnold.plan.search import plan_json, search, why
+
+    model = load_model(model_name)
+    if seq is not None:
+        model = dataclasses.replace(model, seq_len=seq)
+    gpu = load_gpu(gpu_name)
+    network = load_config().network
+    leaf_nodes = LEAF_NODES
+    if topology_file:
+        from slurm_arnold.topology import read_topology_file
+
+        topo = read_topology_file(topology_file)
+        leaf_nodes = max(len(topo.nodes_under(leaf)) for leaf in topo.leaves())
+    if evaluate:
+        if tp is None or pp is None:
+            raise click.UsageError("--evaluate needs --tp and --pp")
+        dp = dp if dp is not None else gpus // (tp * pp * cp)
+        layout = Layout(tp, pp, dp, micro_batch=micro_batch, zero=zero, recompute=recompute,
+                        interleave=interleave, cp=cp, ep=ep)
+        if layout.gpus != gpus:
+            raise ArnoldError(f"TP x PP x DP x CP = {tp} x {pp} x {dp} x {cp} = {layout.gpus}"
+                              f" GPUs, not --gpus {gpus}; fix --dp or --gpus")
+        est = estimate(model, gpu, network, layout, global_batch, gpus_per_node=gpus_per_node,
+                       leaf_nodes=leaf_nodes)
+        doc = plan_json(model, layout, est)
+    else:
+        result = search(model, gpu, network, gpus, global_batch, gpus_per_node=gpus_per_node,
+                        leaf_nodes=leaf_nodes)
+        best = (result.layout, result.estimate)
+        alternatives: list[dict[str, Any]] = [
+            plan_json(model, lay, est) | {"slower_by": why(best, (lay, est))}
+            for lay, est in result.alternatives]
+        for alt in alternatives:
+            alt.pop("alternatives")
+        doc = plan_json(model, result.layout, result.estimate,
+                        search_seconds=result.search_seconds, alternatives=alternatives)
+        doc["evaluated"] = result.evaluated
+    if as_json:
+        click.echo(json.dumps(doc))
+        return
+    click.echo(f"{model.name} on {gpus} x {gpu.name}, global batch {global_batch}: "
+               f"TP {doc['tp']} x PP {doc['pp']} x DP {doc['dp']}, micro-batch "
+               f"{doc['micro_batch']}, ZeRO-{doc['zero']}, recompute {doc['recompute']}, "
+               f"interleave {doc['interleave']}")
+    click.echo(f"  step {doc['step_seconds']} s, {doc['tflops_per_gpu']} TFLOP/s per GPU "
+               f"(model FLOPs, MFU {doc['mfu']:.0%}), {doc['memory_gib_per_gpu']} GiB per GPU"
+               + ("" if doc["fits"] else " (does NOT fit)"))
+    for alt in doc["alternatives"]:
+        click.echo(f"  vs TP {alt['tp']} PP {alt['pp']} DP {alt['dp']} mb {alt['micro_batch']}"
+                   f" ZeRO-{alt['zero']} {alt['recompute']} v{alt['interleave']}: "
+                   f"{alt['step_seconds']} s ({alt['slower_by']})")
