@@ -236,3 +236,27 @@ def test_bench_sbatch_quick(slurm: Slurm) -> None:
     assert doc["runs"] == 2 and doc["sbatch_median_s"] > 0
     assert abs(doc["overhead_median_s"] - (doc["arnold_sbatch_median_s"]
                                            - doc["sbatch_median_s"])) <= 0.002
+
+
+def test_model_plans_the_layout_when_tp_and_pp_are_not_given(slurm: Slurm,
+                                                             tmp_path: Path) -> None:
+    out = tmp_path / "plan-%j.out"
+    proc = arnold_sbatch("--parsable", "-N", "4", "--gpus-per-node=8", "--exclusive", "-t", "2",
+                         "-o", str(out), "--model", "gpt-1.7b", "--global-batch", "64",
+                         "--gpu-type", "a100-80g", "--wrap", "env | grep ^ARNOLD_PLAN_ | sort")
+    assert proc.returncode == 0, proc.stderr
+    job_id = int(proc.stdout)
+    assert "--model gpt-1.7b: planned TP" in proc.stderr
+    record = next(r for r in jobs_json() if r["slurm_job_id"] == job_id)
+    planned = json.loads(subprocess.run(
+        [str(BIN / "arnold"), "plan", "--model", "gpt-1.7b", "--gpus", "32", "--global-batch",
+         "64", "--gpu", "a100-80g", "--json"], capture_output=True, text=True,
+        check=True).stdout)
+    assert (record["tp"], record["pp"]) == (planned["tp"], planned["pp"])
+    assert wait_for_job(slurm, job_id) == "COMPLETED"
+    text = Path(str(out).replace("%j", str(job_id))).read_text()
+    assert f"ARNOLD_PLAN_MICRO_BATCH={planned['micro_batch']}" in text
+    assert f"ARNOLD_PLAN_RECOMPUTE={planned['recompute']}" in text
+    missing = arnold_sbatch("-N", "4", "--model", "gpt-1.7b", "--wrap", "true")
+    assert missing.returncode == 1
+    assert "--model needs -N (nodes) and --global-batch" in missing.stderr

@@ -235,6 +235,34 @@ def after_submit(config: SiteConfig, db: StateDB, slurm: Slurm, job_id: int) -> 
         log.warning("job %d: %s; `arnold reserve sync` tries again", job_id, exc)
 
 
+def layout_from_model(request: Request, view: ClusterView, config: SiteConfig) -> dict[str, str]:
+    """``--model M --global-batch B [--gpu-type G]`` without ``--tp``/``--pp``: the planner's layout
+    for the job's GPUs (``arnold plan``), set as our TP and PP; the rest of the plan goes to the
+    job as ``ARNOLD_PLAN_*`` variables (micro-batch, ZeRO stage, recomputation, interleaving)."""
+    from slurm_arnold.plan.catalog import load_gpu, load_model
+    from slurm_arnold.plan.search import search
+
+    ours, sb = request.ours, request.sbatch
+    nodes = _nodes_option(sb.get("nodes"))
+    batch = _int_option(ours.get("global-batch"), "--global-batch")
+    if nodes is None or batch is None:
+        raise ArnoldError("--model needs -N (nodes) and --global-batch to plan the layout")
+    g = _gpus_per_node(sb) or view.common_gpus(view.topology.nodes)
+    leaf_nodes = max(len(view.topology.nodes_under(leaf)) for leaf in view.topology.leaves())
+    model = load_model(ours["model"])
+    result = search(model, load_gpu(ours.get("gpu-type", "h100-80g")), config.network, nodes * g,
+                    batch, gpus_per_node=g, leaf_nodes=leaf_nodes)
+    lay, est = result.layout, result.estimate
+    ours["tp"], ours["pp"] = str(lay.tp), str(lay.pp)
+    log.warning("--model %s: planned TP %d x PP %d x DP %d, micro-batch %d, ZeRO-%d, "
+                "recompute %s, interleave %d (%.2f s per step, %.1f GiB per GPU)", model.name,
+                lay.tp, lay.pp, lay.dp, lay.micro_batch, lay.zero, lay.recompute,
+                lay.interleave, est.step_seconds, est.memory_gib_per_gpu)
+    return {"ARNOLD_PLAN_MICRO_BATCH": str(lay.micro_batch), "ARNOLD_PLAN_ZERO": str(lay.zero),
+            "ARNOLD_PLAN_RECOMPUTE": lay.recompute,
+            "ARNOLD_PLAN_INTERLEAVE": str(lay.interleave)}
+
+
 def plan(request: Request, view: ClusterView, free: set[str],
          slurm: Slurm) -> tuple[JobShape, Placement, str]:
     """The job's shape and placement; raises ``InfeasibleError`` with the user's choices."""
@@ -242,7 +270,8 @@ def plan(request: Request, view: ClusterView, free: set[str],
     tp = _int_option(ours.get("tp"), "--tp")
     pp = _int_option(ours.get("pp"), "--pp")
     if tp is None or pp is None:
-        raise ArnoldError("give both --tp and --pp (on the command line or #ARNOLD lines)")
+        raise ArnoldError("give both --tp and --pp (on the command line or #ARNOLD lines), or "
+                          "--model with --global-batch to have them planned")
     g = _gpus_per_node(sb) or view.common_gpus(free)
     nodes = _nodes_option(sb.get("nodes"))
     dp = _int_option(ours.get("dp"), "--dp")
@@ -309,6 +338,9 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
     with submit_lock(config.state_dir) as lock:
         view = live_cluster(slurm, minipod_level=config.minipod_level,
                             partition=request.sbatch.get("partition") or config.partition)
+        planned: dict[str, str] = {}
+        if "model" in request.ours and not {"tp", "pp"} <= set(request.ours):
+            planned = layout_from_model(request, view, config)
         claimed = claimed_nodes(db, slurm)
         free = narrow_free(view, request.sbatch, claimed)
         try:
@@ -330,7 +362,7 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
         if request.sbatch.get("nodes") is None:
             extra.append(f"--nodes={job.nodes}")
         env = {"ARNOLD_RANKFILE": str(rankfile), "SLURM_HOSTFILE": str(hostfile),
-               "ARNOLD_PLACEMENT_ID": placement_id}
+               "ARNOLD_PLACEMENT_ID": placement_id, **planned}
         export = request.parsed.cli.get("export")
         if export and not export.upper().startswith("ALL"):
             extra.append("--export=" + ",".join([export, *(f"{k}={v}" for k, v in env.items())]))
