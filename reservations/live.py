@@ -29,6 +29,7 @@ recorded first, so a ``sync`` killed in between still releases it).
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import math
 import os
@@ -46,12 +47,18 @@ from predictor.features import compute_one
 from predictor.history import load_history
 from predictor.model import JctModel, ModelError
 from predictor.swf import JobRecord
-from reservations.policy import ReservationChoice, admits, choose_reservation, expected_end
+from reservations.policy import (
+    ReservationChoice,
+    admits,
+    choose_reservation,
+    expected_end,
+    lpj_layout,
+)
 from site_config import SiteConfig
 from site_config.settings import site_admins
 from slurm_arnold.cluster import ClusterView, live_cluster
 from slurm_arnold.errors import ArnoldError, InfeasibleError, SlurmError
-from slurm_arnold.placement import JobShape, Placement, place
+from slurm_arnold.placement import JobShape, place
 from slurm_arnold.slurm import UNAVAILABLE_FLAGS, JobInfo, Reservation, Slurm
 from slurm_arnold.state import StateDB
 
@@ -100,10 +107,9 @@ def require_admin(slurm: Slurm, action: str) -> str:
 
 
 def lpj_shape(nodes: int, gpus_per_node: int) -> JobShape:
-    """The layout assumed for an LPJ whose layout we do not know: TP = a node, PP = 4 (2 or 1
-    when the nodes do not divide), DP = nodes / PP (as in the simulator)."""
-    pp = 4 if nodes % 4 == 0 else 2 if nodes % 2 == 0 else 1
-    return JobShape(gpus_per_node, pp, nodes // pp, gpus_per_node)
+    """The layout assumed for an LPJ whose layout we do not know (``policy.lpj_layout``)."""
+    pp, dp = lpj_layout(nodes)
+    return JobShape(gpus_per_node, pp, dp, gpus_per_node)
 
 
 class LivePredictor:
@@ -557,15 +563,18 @@ class Reserver:
                 row = self._row(name)
             if lpj.state == "PENDING":
                 self._bind(snap, name, job_id)
-                starting = [j for j in snap.jobs.values() if j.reservation == name
-                            and j.job_id != job_id and j.state == "PENDING"]
-                for j in starting:  # an admission that did not start in a whole period
+                starting = []
+                for j in snap.jobs.values():
+                    if j.reservation != name or j.job_id == job_id or j.state != "PENDING":
+                        continue
                     decided = self._admitted_at(j.job_id, name)
                     if decided is not None and snap.now - decided > 50:
+                        # An admission that did not start in a whole period.
                         self.slurm.update_job(j.job_id, ReservationName="")
                         self.actions.append(f"revoked job {j.job_id}'s admission to {name}: "
                                             "it did not start")
-                        starting.remove(j)
+                    else:
+                        starting.append(j)
                 if row and row.get("lpj_held") and not starting:
                     if lpj.held:
                         self.slurm.release(job_id)
@@ -667,13 +676,7 @@ def _finite(x: float) -> float | None:
 
 
 def _json_list(value: Any) -> list[str]:
-    import json
-
     if isinstance(value, str):
         return list(json.loads(value))
     return list(value or [])
 
-
-def placement_for(plan: ReservationChoice) -> Placement:
-    """The layout the policy gave the reserved nodes (for arnold-sbatch's rank files)."""
-    return plan.placement

@@ -48,6 +48,13 @@ class ReservationChoice:
     candidates: tuple[tuple[int, float, float], ...]  # (pool size, start, weighted spread)
 
 
+def lpj_layout(nodes: int) -> tuple[int, int]:
+    """(PP, DP) assumed for an LPJ whose layout is not known (TP = one node): PP 4, else 2,
+    else 1, whichever divides the nodes. The simulator and the live side share it."""
+    pp = 4 if nodes % 4 == 0 else 2 if nodes % 2 == 0 else 1
+    return pp, nodes // pp
+
+
 def expected_end(start: float, predicted: float, limit: float, now: float) -> float:
     """When a running job is expected to end: start + prediction (capped at the limit); a job
     already past its prediction is expected to run to its limit."""

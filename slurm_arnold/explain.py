@@ -43,11 +43,6 @@ def slurm_reference(view: ClusterView, job: JobShape, alpha: float,
                                 view.topology, job, alpha)
 
 
-def _where(placement: Placement) -> dict[str, str]:
-    """node -> "s<stage>/r<replica>"."""
-    return {n: f"s{pp}/r{col}" for (pp, col), nodes in placement.cells.items() for n in nodes}
-
-
 def table(ours: Placement, theirs: Placement, topology: Topology) -> str:
     """One row per minipod either uses: nodes per stage, ours and Slurm's; then spreads."""
     pods = _pods_used(topology, [ours, theirs])

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from predictor.swf import JobRecord
+from reservations.policy import lpj_layout
 
 
 @dataclass(eq=False)
@@ -35,9 +36,8 @@ class SimJob:
         return self.record.user
 
     def layout(self) -> tuple[int, int]:
-        """PP and DP of an LPJ on ``nodes`` nodes with TP = g (PP = 4, else 2, else 1)."""
-        pp = 4 if self.nodes % 4 == 0 else 2 if self.nodes % 2 == 0 else 1
-        return pp, self.nodes // pp
+        """PP and DP of an LPJ on ``nodes`` nodes with TP = g (``policy.lpj_layout``)."""
+        return lpj_layout(self.nodes)
 
 
 @dataclass
