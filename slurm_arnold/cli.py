@@ -29,7 +29,7 @@ from slurm_arnold.cluster import (
 )
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.placement import JobShape, Placement, place
-from slurm_arnold.placement.align import auto_alpha, parse_bytes
+from slurm_arnold.placement.align import alpha_from_model, auto_alpha, parse_bytes
 from slurm_arnold.placement.engine import check_alpha, place_from_node_list
 from slurm_arnold.slurm import Slurm
 from slurm_arnold.topology import Topology, read_topology_file
@@ -175,11 +175,19 @@ ALGOS = ("mip", "best-fit", "random-fit", "gpu-packing", "topo-aware", "slurm")
 @click.option("--nodes", type=click.IntRange(min=1), help="Nodes; gives DP = N*g/(TP*PP).")
 @click.option("--alpha", type=float, help="Weight of DP spread in [0, 1] (beta = 1 - alpha).")
 @click.option("--align", type=click.Choice(["auto"]),
-              help="Derive alpha from --dp-volume/--pp-volume and the site's network.")
+              help="Derive alpha from the job's communication and the site's network: the "
+                   "volumes given (--dp-volume/--pp-volume) or the planner's cost model "
+                   "(--model with --global-batch).")
 @click.option("--dp-volume", help="Bytes each GPU sends per iteration in its DP group.")
 @click.option("--pp-volume", help="Bytes each GPU sends per iteration in its PP group.")
 @click.option("--microbatches", type=click.IntRange(min=1), default=8, show_default=True,
               help="Micro-batches per iteration (PP messages for --align auto).")
+@click.option("--model", "model_name",
+              help="Catalogue model or TOML file whose traffic --align auto weighs.")
+@click.option("--global-batch", type=click.IntRange(min=1),
+              help="Sequences per iteration (with --model for --align auto).")
+@click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Sequences per micro-batch (with --model for --align auto).")
 @click.option("--algo", type=click.Choice(ALGOS), default="mip", show_default=True,
               help="Placement algorithm; `slurm` asks the live slurmctld (sbatch --test-only).")
 @click.option("--time-limit", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
@@ -195,7 +203,8 @@ ALGOS = ("mip", "best-fit", "random-fit", "gpu-packing", "topo-aware", "slurm")
 def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: int | None,
               tp: int, pp: int, dp: int | None, nodes: int | None, alpha: float | None,
               align: str | None, dp_volume: str | None, pp_volume: str | None,
-              microbatches: int, algo: str, time_limit: float, seed: int,
+              microbatches: int, model_name: str | None, global_batch: int | None,
+              micro_batch: int, algo: str, time_limit: float, seed: int,
               partition: str | None, explain: bool, picture_path: str, as_json: bool) -> None:
     """Place a TP x PP x DP job on the fat tree and print its layout and spreads."""
     config = load_config({"partition": partition})
@@ -222,9 +231,17 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
     if align == "auto":
         if alpha is not None:
             raise click.UsageError("give --alpha or --align auto, not both")
-        alpha = auto_alpha(dp_bytes=parse_bytes(dp_volume or "0"),
-                           pp_bytes=parse_bytes(pp_volume or "0"), dp=job.dp,
-                           microbatches=microbatches, network=config.network)
+        if model_name is not None:
+            if dp_volume or pp_volume:
+                raise click.UsageError("give --model or --dp-volume/--pp-volume, not both")
+            if global_batch is None:
+                raise click.UsageError("--align auto with --model needs --global-batch")
+            alpha = alpha_from_model(model_name, global_batch, tp=tp, pp=pp, dp=job.dp,
+                                     micro_batch=micro_batch, network=config.network)
+        else:
+            alpha = auto_alpha(dp_bytes=parse_bytes(dp_volume or "0"),
+                               pp_bytes=parse_bytes(pp_volume or "0"), dp=job.dp,
+                               microbatches=microbatches, network=config.network)
     alpha = check_alpha(0.5 if alpha is None else alpha)
     if algo == "slurm":
         result = place_from_node_list("slurm", slurm_choice(Slurm(), view, job.nodes),

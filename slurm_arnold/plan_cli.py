@@ -37,14 +37,19 @@ from slurm_arnold.errors import ArnoldError
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="full",
               show_default=True)
 @click.option("--interleave", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--stages", "stages_text",
+              help="Layers per stage, first to last, e.g. 9,10,10,9 (default: equal stages).")
+@click.option("--rank-order", type=click.Choice(["tp-dp-pp", "tp-pp-dp"]), default="tp-dp-pp",
+              show_default=True, help="How the ranks fill nodes and leaves (--evaluate).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan(model_name: str, gpus: int, global_batch: int, seq: int | None, gpu_name: str,
          gpus_per_node: int, topology_file: str | None, evaluate: bool, tp: int | None,
          pp: int | None, dp: int | None, cp: int, ep: int, micro_batch: int, zero: int,
-         recompute: str, interleave: int, as_json: bool) -> None:
-    """The fastest TP/PP/DP, ZeRO stage, recomputation and micro-batch that fit (exhaustive over
-    equal stages, priced by the cost model in slurm_arnold/plan/cost.py); or, with --evaluate,
-    what a given layout costs."""
+         recompute: str, interleave: int, stages_text: str | None, rank_order: str,
+         as_json: bool) -> None:
+    """The fastest TP/PP/DP/CP/EP, rank order, stage cut, ZeRO stage, recomputation and
+    micro-batch that fit (exact over its space: NEST's dynamic program for the cut, priced by the
+    cost model in slurm_arnold/plan/cost.py); or, with --evaluate, what a given layout costs."""
     from slurm_arnold.plan.catalog import load_gpu, load_model
     from slurm_arnold.plan.cost import LEAF_NODES, Layout, estimate
     from slurm_arnold.plan.search import plan_json, search, why
@@ -65,7 +70,8 @@ def plan(model_name: str, gpus: int, global_batch: int, seq: int | None, gpu_nam
             raise click.UsageError("--evaluate needs --tp and --pp")
         dp = dp if dp is not None else gpus // (tp * pp * cp)
         layout = Layout(tp, pp, dp, micro_batch=micro_batch, zero=zero, recompute=recompute,
-                        interleave=interleave, cp=cp, ep=ep)
+                        interleave=interleave, cp=cp, ep=ep, stages=_stages(stages_text),
+                        order=rank_order)
         if layout.gpus != gpus:
             raise ArnoldError(f"TP x PP x DP x CP = {tp} x {pp} x {dp} x {cp} = {layout.gpus}"
                               f" GPUs, not --gpus {gpus}; fix --dp or --gpus")
@@ -90,7 +96,13 @@ def plan(model_name: str, gpus: int, global_batch: int, seq: int | None, gpu_nam
     click.echo(f"{model.name} on {gpus} x {gpu.name}, global batch {global_batch}: "
                f"TP {doc['tp']} x PP {doc['pp']} x DP {doc['dp']}, micro-batch "
                f"{doc['micro_batch']}, ZeRO-{doc['zero']}, recompute {doc['recompute']}, "
-               f"interleave {doc['interleave']}")
+               f"interleave {doc['interleave']}"
+               + (f", CP {doc['cp']}" if doc["cp"] > 1 else "")
+               + (f", EP {doc['ep']}" if doc["ep"] > 1 else "")
+               + f", rank order {doc['rank_order']}")
+    sizes = [b - a + 1 for a, b in doc["stages"]]
+    if len(set(sizes)) > 1:
+        click.echo(f"  layers per stage: {','.join(map(str, sizes))}")
     click.echo(f"  step {doc['step_seconds']} s, {doc['tflops_per_gpu']} TFLOP/s per GPU "
                f"(model FLOPs, MFU {doc['mfu']:.0%}), {doc['memory_gib_per_gpu']} GiB per GPU"
                + ("" if doc["fits"] else " (does NOT fit)"))
@@ -98,3 +110,13 @@ def plan(model_name: str, gpus: int, global_batch: int, seq: int | None, gpu_nam
         click.echo(f"  vs TP {alt['tp']} PP {alt['pp']} DP {alt['dp']} mb {alt['micro_batch']}"
                    f" ZeRO-{alt['zero']} {alt['recompute']} v{alt['interleave']}: "
                    f"{alt['step_seconds']} s ({alt['slower_by']})")
+
+
+def _stages(text: str | None) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ArnoldError(f"--stages {text!r}: give layer counts separated by commas, "
+                          "e.g. 9,10,10,9") from None

@@ -15,7 +15,8 @@ from site_config import NetworkTiers
 from slurm_arnold.cli import main
 from slurm_arnold.errors import InfeasibleError
 from slurm_arnold.placement import OFFLINE_ALGOS, JobShape, place
-from slurm_arnold.placement.align import auto_alpha, parse_bytes
+from slurm_arnold.placement.align import alpha_from_model, auto_alpha, parse_bytes
+from slurm_arnold.plan.catalog import MODELS
 from slurm_arnold.topology import Topology, parse_topology
 
 
@@ -214,3 +215,27 @@ def test_auto_alpha_favours_pipelines_for_equal_volumes() -> None:
     with pytest.raises(InfeasibleError):
         auto_alpha(dp_bytes=0, pp_bytes=0, dp=8, microbatches=8, network=net)
     assert parse_bytes("2G") == 2e9 and parse_bytes("1GiB") == 2**30
+
+
+def test_align_auto_weighs_the_planners_volumes(tmp_path: Path, isolated_config: Path) -> None:
+    net = NetworkTiers()
+    m = MODELS["gpt-7.5b"]  # 36 layers: 9 per stage
+    params = (9 * m.layer_params() + m.embedding_params()) / 8
+    dp_bytes = 2 * (2 - 1) / 2 * 2 * params  # ring all-reduce of bf16 gradients over DP 2
+    pp_bytes = 2 * 32 * 2 * 2048 * 4096 / 8  # 32 micro-batches, an activation each way
+    expected = auto_alpha(dp_bytes=dp_bytes, pp_bytes=pp_bytes, dp=2, microbatches=32,
+                          network=net)
+    got = alpha_from_model("gpt-7.5b", 64, tp=8, pp=4, dp=2, network=net)
+    assert got == pytest.approx(expected, abs=1e-4)
+    # Fewer, bigger micro-batches and more gradient per GPU weigh the DP spread more.
+    assert alpha_from_model("gpt-7.5b", 8, tp=1, pp=4, dp=8, network=net) > got
+    topo_file = tmp_path / "t.conf"
+    topo_file.write_text("SwitchName=a Nodes=x[1-4]\nSwitchName=b Nodes=x[5-8]\n"
+                         "SwitchName=c Switches=a,b\n")
+    args = ["place", "--topology", str(topo_file), "--tp", "8", "--pp", "4", "--dp", "2",
+            "--align", "auto", "--model", "gpt-7.5b"]
+    usage = CliRunner().invoke(main, args)
+    assert usage.exit_code == 2 and "--global-batch" in usage.output
+    placed = CliRunner().invoke(main, [*args, "--global-batch", "64", "--json"])
+    assert placed.exit_code == 0, placed.output
+    assert json.loads(placed.output)["metrics"]["max_pp_spread"] == 1

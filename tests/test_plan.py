@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,15 +13,18 @@ from click.testing import CliRunner
 from site_config.settings import NetworkTiers
 from slurm_arnold.cli import main
 from slurm_arnold.errors import InfeasibleError
-from slurm_arnold.plan.catalog import GPUS, MODELS
+from slurm_arnold.plan.catalog import GPUS, MODELS, ModelSpec
 from slurm_arnold.plan.cost import (
     EFFICIENCY,
     Layout,
     activation_bytes_per_layer,
     estimate,
+    group_levels,
     model_flops,
+    stage_model,
     state_bytes_per_gpu,
 )
+from slurm_arnold.plan.nest import best_cut, brute_force_cut
 from slurm_arnold.plan.reference import CALIBRATION_ROWS, SELENE, fit_efficiency, read_table
 from slurm_arnold.plan.search import search
 
@@ -104,11 +108,16 @@ def test_the_planner_fits_and_is_never_slower_than_the_published_layout() -> Non
 
 def test_a_model_that_cannot_fit_names_the_gpus_that_would() -> None:
     m = MODELS["llama3-405b"]
-    with pytest.raises(InfeasibleError, match="the smallest job that fits has 96 GPUs"):
+    with pytest.raises(InfeasibleError, match=r"the smallest job that fits has (\d+) GPUs") as err:
         search(m, GPUS["h100-80g"], SELENE, 16, 64)
-    search(m, GPUS["h100-80g"], SELENE, 96, 64)  # and it does
+    need = int(re.search(r"has (\d+) GPUs", str(err.value)).group(1))  # type: ignore[union-attr]
+    # The states alone (16 bytes per parameter, ZeRO-3) need 81 GPUs of 80 GB; with activations
+    # and the embeddings on the end stages, 88 (11 unequal stages).
+    assert need == 88
+    plan = search(m, GPUS["h100-80g"], SELENE, need, 64)  # and it does
+    assert plan.estimate.fits and plan.layout.gpus == need
     with pytest.raises(InfeasibleError):
-        search(m, GPUS["h100-80g"], SELENE, 88, 64)
+        search(m, GPUS["h100-80g"], SELENE, need - 8, 64)
 
 
 def test_plan_cli_keys(isolated_config: Path) -> None:
@@ -141,3 +150,79 @@ def test_bench_plan_quick(isolated_config: Path) -> None:
     doc = json.loads(out.output)
     assert len(doc["table1"]) == 10 and len(doc["speed"]) == 2
     assert all(abs(r["error"]) <= 0.15 for r in doc["table1"])
+
+
+# NEST's dynamic program (slurm_arnold/plan/nest.py)
+
+SMALL = ModelSpec("small", 10, 1024, 16, 4096, 51200, 2048)
+
+
+@pytest.mark.parametrize("pp,order,limit_gib", [(2, "tp-dp-pp", 80), (3, "tp-pp-dp", 80),
+                                                (4, "tp-dp-pp", 6), (5, "tp-pp-dp", 5),
+                                                (4, "tp-pp-dp", 3.2)])
+def test_the_cut_is_the_brute_force_optimum(pp: int, order: str, limit_gib: float) -> None:
+    lay = Layout(2, pp, 4, micro_batch=2, zero=0, recompute="none", order=order)
+    sm = stage_model(SMALL, A100, SELENE, lay, 64, gpus_per_node=4, leaf_nodes=2)
+    limit = limit_gib * 2**30
+    value, cut = best_cut(sm, SMALL.layers, limit)
+    expected, some_cut = brute_force_cut(sm, SMALL.layers, limit)
+    assert value == pytest.approx(expected, rel=1e-12)
+    if not some_cut:
+        assert not cut  # nothing fits: neither finds a cut
+        return
+    assert sum(cut) == SMALL.layers and len(cut) == pp and min(cut) >= 1
+    assert max(sm.slot(k, n) for k, n in enumerate(cut)) == pytest.approx(value, rel=1e-12)
+    assert all(sm.memory(k, n) <= limit for k, n in enumerate(cut))
+    # The estimate of the layout with that cut is the pipeline the program minimised.
+    est = estimate(SMALL, A100, SELENE, replace(lay, stages=cut), 64, gpus_per_node=4,
+                   leaf_nodes=2)
+    assert est.step_seconds - est.dp_seconds == pytest.approx(
+        (sm.microbatches - 1) * value + sum(sm.slot(k, n) for k, n in enumerate(cut)))
+
+
+def test_an_infeasible_memory_limit_has_no_cut() -> None:
+    sm = stage_model(SMALL, A100, SELENE, Layout(1, 2, 1, zero=0, recompute="none"), 8)
+    assert best_cut(sm, SMALL.layers, 1e6) == (float("inf"), ())
+    assert brute_force_cut(sm, SMALL.layers, 1e6)[1] == ()
+
+
+def test_the_output_layer_takes_layers_off_the_last_stage() -> None:
+    # A Llama-3-8B shape: its 128k-word output layer costs about two transformer layers.
+    m = ModelSpec("llama3-8b", 32, 4096, 32, 14336, 128256, 8192, kv_heads=8, gated_ffn=True)
+    lay = Layout(8, 4, 4, zero=1, recompute="full")
+    equal = estimate(m, A100, SELENE, lay, 256)
+    sm = stage_model(m, A100, SELENE, lay, 256)
+    _, cut = best_cut(sm, m.layers, A100.memory_bytes)
+    assert cut[-1] < m.layers // 4
+    assert estimate(m, A100, SELENE, replace(lay, stages=cut), 256).step_seconds \
+        < equal.step_seconds
+
+
+def test_the_rank_order_decides_which_boundaries_cross_nodes() -> None:
+    # 8 GPUs per node, 4 nodes per leaf (32 GPUs); TP 4, PP 4, DP 2.
+    dp_level, _, bounds = group_levels("tp-dp-pp", 4, 1, 4, 2, 8, 4)
+    assert dp_level == 0 and bounds == (1, 1, 1)  # a stage per node: every boundary leaves it
+    dp_level, _, bounds = group_levels("tp-pp-dp", 4, 1, 4, 2, 8, 4)
+    assert dp_level == 1 and bounds == (0, 1, 0)  # two stages per node: one boundary in three
+
+
+def test_pruning_keeps_the_exact_winner() -> None:
+    for name, gpus, batch in (("gpt-39.1b", 512, 1536), ("mixtral-8x7b", 64, 256),
+                              ("llama3-70b", 256, 512)):
+        pruned = search(MODELS[name], A100, SELENE, gpus, batch)
+        full = search(MODELS[name], A100, SELENE, gpus, batch, top=10**9)
+        assert full.pruned == 0 and pruned.pruned > 0
+        assert pruned.estimate.step_seconds == full.estimate.step_seconds
+        assert pruned.layout == full.layout
+
+
+def test_evaluate_takes_a_cut(isolated_config: Path) -> None:
+    args = ["plan", "--evaluate", "--model", "gpt-39.1b", "--gpus", "512", "--global-batch",
+            "1536", "--gpu", "a100-80g", "--tp", "8", "--pp", "4", "--json"]
+    even = CliRunner().invoke(main, args)
+    cut = CliRunner().invoke(main, [*args, "--stages", "13,12,12,11"])
+    assert even.exit_code == 0 and cut.exit_code == 0, cut.output
+    assert json.loads(cut.output)["stages"] == [[0, 12], [13, 24], [25, 36], [37, 47]]
+    assert json.loads(even.output)["stages"][0] == [0, 11]
+    bad = CliRunner().invoke(main, [*args, "--stages", "12,12,12"])
+    assert bad.exit_code == 1 and "adding up to 48" in bad.output

@@ -257,6 +257,8 @@ def test_model_plans_the_layout_when_tp_and_pp_are_not_given(slurm: Slurm,
     text = Path(str(out).replace("%j", str(job_id))).read_text()
     assert f"ARNOLD_PLAN_MICRO_BATCH={planned['micro_batch']}" in text
     assert f"ARNOLD_PLAN_RECOMPUTE={planned['recompute']}" in text
+    sizes = ",".join(str(b - a + 1) for a, b in planned["stages"])
+    assert f"ARNOLD_PLAN_STAGES={sizes}" in text and f"ARNOLD_PLAN_CP={planned['cp']}" in text
     missing = arnold_sbatch("-N", "4", "--model", "gpt-1.7b", "--wrap", "true")
     assert missing.returncode == 1
     assert "--model needs -N (nodes) and --global-batch" in missing.stderr

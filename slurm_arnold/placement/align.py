@@ -15,6 +15,9 @@ with V the bytes each GPU sends per iteration in its DP group (gradients) and PP
 (activations and their gradients), B_x = core bandwidth / core oversubscription and L_x the
 core latency from the site config, and M_pp = 2 x micro-batches (one activation forward, one
 gradient backward per micro-batch).
+
+With ``--model M --global-batch B`` instead of the volumes, V_dp and V_pp come from the
+planner's cost model (``alpha_from_model``), the same one ``arnold plan`` prices layouts with.
 """
 
 from __future__ import annotations
@@ -42,6 +45,29 @@ def auto_alpha(*, dp_bytes: float, pp_bytes: float, dp: int, microbatches: int,
     if t_dp + t_pp == 0:
         return 0.5
     return round(t_dp / (t_dp + t_pp), 4)
+
+
+def alpha_from_model(model_name: str, global_batch: int, *, tp: int, pp: int, dp: int,
+                     network: NetworkTiers, micro_batch: int = 1, zero: int = 1,
+                     recompute: str = "full", interleave: int = 1) -> float:
+    """alpha for a job of a catalogue model (or TOML file): its DP and PP volumes from the
+    planner's cost model (``plan.cost.communication_volumes``) instead of user-given bytes."""
+    from slurm_arnold.plan.catalog import load_model
+    from slurm_arnold.plan.cost import Layout, communication_volumes
+
+    model = load_model(model_name)
+    layout = Layout(tp, pp, dp, micro_batch=micro_batch, zero=zero, recompute=recompute,
+                    interleave=interleave,
+                    stages=() if model.layers % pp == 0 else _near_equal(model.layers, pp))
+    dp_bytes, pp_bytes, m = communication_volumes(model, layout, global_batch)
+    if dp_bytes + pp_bytes == 0:
+        return 0.5  # one GPU group each way: nothing to weigh
+    return auto_alpha(dp_bytes=dp_bytes, pp_bytes=pp_bytes, dp=dp, microbatches=m,
+                      network=network)
+
+
+def _near_equal(layers: int, pp: int) -> tuple[int, ...]:
+    return tuple(layers // pp + (1 if k < layers % pp else 0) for k in range(pp))
 
 
 def parse_bytes(text: str) -> float:

@@ -48,6 +48,14 @@ class ModelSpec:
         router = h * self.experts if self.experts > 1 else 0
         return attention + ffn + router + 4 * h
 
+    def expert_params_per_layer(self) -> int:
+        """Parameters of one layer's experts (sharded by EP); 0 for a dense model."""
+        if self.experts == 1:
+            return 0
+        ffn_mats = 3 if self.gated_ffn else 2
+        return self.experts * (ffn_mats * self.hidden * self.ffn_hidden + self.ffn_hidden
+                               + self.hidden)
+
     def embedding_params(self) -> int:
         """Word (and, for GPT/BERT, position) embeddings; the output layer shares them."""
         return self.vocab * self.hidden + (0 if self.gated_ffn else self.seq_len * self.hidden)

@@ -20,19 +20,25 @@ Sources, part by part:
 - **Weights, gradients, optimizer** (Rajbhandari et al., ZeRO): mixed-precision Adam keeps
   2 + 2 + 12 bytes per parameter; ZeRO-1 shards the 12 over DP, ZeRO-2 also the gradients,
   ZeRO-3 also the weights (at the price of all-gathering them).
-- **Communication** on the alpha-beta model per tier: ring all-reduce ``2 (n-1)/n x S/B +
-  2 (n-1) alpha``; all-gather and reduce-scatter half that; point-to-point ``alpha + S/B``.
-  TP stays inside a node (NVLink); PP and DP cross nodes at the slowest tier they span, its
-  bandwidth divided by its oversubscription.
-- **Pipeline**: 1F1B takes ``(m + p - 1)`` micro-batch slots of (forward + backward) of one
-  stage; interleaving by ``v`` shrinks the bubble to ``(p - 1)/v``. The DP gradient
-  all-reduce after the last micro-batch is exposed (no overlap assumed).
+- **Communication** on the alpha-beta model per level (NVLink, leaf, core; bandwidth divided
+  by oversubscription): ring all-reduce ``2 (n-1)/n x S/B + 2 (n-1) alpha``; all-gather and
+  reduce-scatter half that; all-to-all ``(n-1)/n x S/B + (n-1) alpha``; point-to-point
+  ``alpha + S/B``. TP stays inside a node (NVLink). CP all-gathers keys and values per layer
+  (ring attention); EP sends each token's top-k copies all-to-all twice per pass. Which level
+  a group or a stage boundary crosses follows from the rank order (``group_levels``).
+- **Pipeline** (per stage, so stages may differ): stage k's slot is its layers' forward and
+  backward plus its sends; 1F1B takes ``(m - 1) x`` the slowest slot plus one pass through
+  all of them (``(m + p - 1) x slot`` for equal stages); interleaving by ``v`` shrinks the
+  bubble to ``(p - 1)/v`` slots. The output layer runs on the last stage. The DP gradient
+  synchronisation of the slowest-to-sync stage after the last micro-batch is exposed (no
+  overlap assumed).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any
 
 from site_config.settings import NetworkTiers
@@ -42,9 +48,10 @@ from slurm_arnold.plan.catalog import GpuSpec, ModelSpec
 #: Achieved share of peak for the model's FLOPs, per GPU. a100-80g: fitted once on two rows of
 #: Megatron-LM's Table 1, the smallest and the largest model (`reference.fit_efficiency`; a
 #: test refits it); the other GPUs take the same share until measured on them.
-EFFICIENCY = {"a100-80g": 0.538, "h100-80g": 0.538, "h200": 0.538}
+EFFICIENCY = {"a100-80g": 0.55, "h100-80g": 0.55, "h200": 0.55}
 BYTES_PER_VALUE = 2  # bf16 activations, weights and gradients on the wire
 RECOMPUTE = ("none", "selective", "full")
+ORDERS = ("tp-dp-pp", "tp-pp-dp")  # rank orders the planner prices (rankorder.ORDERS names)
 
 
 @dataclass(frozen=True)
@@ -61,11 +68,17 @@ class Layout:
     sequence_parallel: bool = True
     cp: int = 1
     ep: int = 1
+    stages: tuple[int, ...] = ()  # layers per stage, first to last; () = equal stages
+    order: str = "tp-dp-pp"  # how ranks fill the machine (see group_levels)
 
     @property
     def gpus(self) -> int:
         """GPUs of the layout."""
         return self.tp * self.pp * self.dp * self.cp
+
+    def stage_layers(self, layers: int) -> tuple[int, ...]:
+        """Layers per stage: the given cut, or equal stages."""
+        return self.stages or (layers // self.pp,) * self.pp
 
 
 @dataclass(frozen=True)
@@ -115,44 +128,266 @@ def activation_bytes_per_layer(model: ModelSpec, layout: Layout) -> float:
     return s * b * h * (10 + 24 / t + attention / t)
 
 
+def _params_per_gpu(model: ModelSpec, layout: Layout, layers: float,
+                    embedding: float) -> tuple[float, float]:
+    """(dense, expert) parameters one GPU holds for ``layers`` layers plus ``embedding``
+    embedding parameters: dense ones split by TP, experts by TP x EP."""
+    expert = model.expert_params_per_layer() if model.experts > 1 else 0
+    dense = (layers * (model.layer_params() - expert) + embedding) / layout.tp
+    return dense, layers * expert / (layout.tp * layout.ep)
+
+
+def _state_bytes(model: ModelSpec, layout: Layout, layers: float, embedding: float) -> float:
+    """Weights, gradients and Adam states (2 + 2 + 12 bytes per parameter) on one GPU, with
+    ZeRO sharding over the GPUs that replicate them (DP x CP; for experts, that / EP)."""
+    dense, expert = _params_per_gpu(model, layout, layers, embedding)
+    total = 0.0
+    for params, d in ((dense, layout.dp * layout.cp),
+                      (expert, max(1, layout.dp * layout.cp // layout.ep))):
+        weights, grads, optim = 2 * params, 2 * params, 12 * params
+        if layout.zero >= 1:
+            optim /= d
+        if layout.zero >= 2:
+            grads /= d
+        if layout.zero >= 3:
+            weights /= d
+        total += weights + grads + optim
+    return total
+
+
 def state_bytes_per_gpu(model: ModelSpec, layout: Layout) -> float:
-    """Weights, gradients and Adam states on one GPU of the first stage (mixed precision)."""
-    per_stage = model.layers / layout.pp * model.layer_params() + model.embedding_params()
-    params = per_stage / layout.tp
-    d = layout.dp * layout.cp
-    weights, grads, optim = 2 * params, 2 * params, 12 * params
-    if layout.zero >= 1:
-        optim /= d
-    if layout.zero >= 2:
-        grads /= d
-    if layout.zero >= 3:
-        weights /= d
-    return weights + grads + optim
+    """Weights, gradients and Adam states on one GPU of the first of equal stages."""
+    return _state_bytes(model, layout, model.layers / layout.pp, model.embedding_params())
 
 
-def memory_bytes(model: ModelSpec, layout: Layout) -> float:
-    """Peak bytes on a GPU of the first stage: states plus in-flight activations."""
-    v = layout.interleave
-    in_flight = model.layers * (1 + (layout.pp - 1) / (layout.pp * v) if v > 1 else 1)
-    return state_bytes_per_gpu(model, layout) + in_flight * activation_bytes_per_layer(
-        model, layout)
+def memory_bytes(model: ModelSpec, layout: Layout, microbatches: int | None = None) -> float:
+    """Peak bytes on the fullest GPU: states plus in-flight activations, per stage."""
+    return max(stage_memory_bytes(model, layout, microbatches))
 
 
 LEAF_NODES = 32  # nodes under one leaf switch when the topology does not say
+LEVELS = ("nvlink", "leaf", "core")  # the network levels the planner tells apart
 
 
-def _tier(network: NetworkTiers, gpus_per_node: int, span_gpus: int,
-          leaf_nodes: int = LEAF_NODES) -> tuple[float, float]:
-    """(bytes/s per GPU, latency s) of the slowest tier a group of ``span_gpus`` crosses when
-    laid out densely: inside a node, else a leaf, else across the core (a group bigger than a
-    leaf's worth is assumed to cross the core)."""
-    if span_gpus <= gpus_per_node:
-        tier = network.nvlink
-    elif span_gpus <= gpus_per_node * leaf_nodes:
-        tier = network.leaf
-    else:
-        tier = network.core
+def span_level(first: int, length: int, gpus_per_node: int, leaf_nodes: int) -> int:
+    """Network level (index into ``LEVELS``) of the slowest link inside the GPU range
+    ``[first, first + length)`` when a job's ranks fill nodes and leaves in order."""
+    last = first + length - 1
+    if first // gpus_per_node == last // gpus_per_node:
+        return 0
+    leaf = gpus_per_node * leaf_nodes
+    return 1 if first // leaf == last // leaf else 2
+
+
+def _tier(network: NetworkTiers, level: int) -> tuple[float, float]:
+    """(bytes/s per GPU, latency s) of a level, its bandwidth divided by its oversubscription."""
+    tier = (network.nvlink, network.leaf, network.core)[level]
     return tier.bandwidth_gbps * 1e9 / 8 / tier.oversubscription, tier.latency_us * 1e-6
+
+
+@lru_cache(maxsize=65536)
+def group_levels(order: str, tp: int, cp: int, pp: int, dp: int, gpus_per_node: int,
+                 leaf_nodes: int) -> tuple[int, int, tuple[int, ...]]:
+    """Where the groups of a layout land when its ranks fill the machine in ``order``:
+    (level of the DP group, level of a group of consecutive DP ranks of the same size as an EP
+    group is taken to be: the DP group's level, and the level of each PP boundary).
+
+    ``tp-dp-pp`` (Megatron's order): a stage's ``tp*cp*dp`` GPUs are consecutive, so DP groups
+    are compact and each stage boundary spans two neighbouring blocks. ``tp-pp-dp``: a
+    pipeline's ``tp*cp*pp`` GPUs are consecutive, so boundaries are short and DP groups strided.
+    A boundary's level is the slowest over all pipelines (each pipeline's two blocks)."""
+    t = tp * cp
+    if order == "tp-dp-pp":
+        block = t * dp
+        dp_level = max(span_level(k * block, block, gpus_per_node, leaf_nodes)
+                       for k in range(pp))
+        bounds = tuple(span_level(k * block, 2 * block, gpus_per_node, leaf_nodes)
+                       for k in range(pp - 1))
+    else:
+        pipe = t * pp
+        dp_level = span_level(0, pipe * dp, gpus_per_node, leaf_nodes)
+        period = gpus_per_node * leaf_nodes
+        replicas = range(min(dp, period))
+        bounds = tuple(max(span_level(r * pipe + k * t, 2 * t, gpus_per_node, leaf_nodes)
+                           for r in replicas) for k in range(pp - 1))
+    return dp_level, dp_level, bounds
+
+
+@dataclass(frozen=True)
+class StageModel:
+    """The costs of one stage as functions of its layer count ``n`` and position ``k``, for
+    one micro-batch (times) or at the 1F1B peak (memory). Affine in ``n``, which is what lets
+    the planner's dynamic program price any cut."""
+
+    pp: int
+    microbatches: int
+    interleave: int
+    layer_seconds: float  # compute + TP/CP/EP communication of one layer
+    layer_compute_seconds: float
+    logits_seconds: float  # the output layer, on the last stage
+    boundary_seconds: tuple[float, ...]  # one message over boundary k (k -> k+1)
+    layer_state_bytes: float
+    layer_activation_bytes: float
+    embedding_state_bytes: tuple[float, ...]  # per stage (first: input, last: output layer)
+    layer_sync_seconds: float  # DP gradient traffic of one layer's parameters (bandwidth part)
+    embedding_sync_seconds: tuple[float, ...]
+    sync_latency_seconds: float
+
+    def slot(self, k: int, n: int) -> float:
+        """Forward + backward of one micro-batch on stage ``k`` with ``n`` layers, with its
+        sends (forward to ``k+1``, gradient back to ``k-1``)."""
+        t = n * self.layer_seconds + (self.logits_seconds if k == self.pp - 1 else 0.0)
+        if k < self.pp - 1:
+            t += self.interleave * self.boundary_seconds[k]
+        if k > 0:
+            t += self.interleave * self.boundary_seconds[k - 1]
+        return t
+
+    def memory(self, k: int, n: int) -> float:
+        """Peak bytes on a GPU of stage ``k`` with ``n`` layers."""
+        return (n * (self.layer_state_bytes + self.layer_activation_bytes
+                     * in_flight(k, self.pp, self.microbatches, self.interleave))
+                + self.embedding_state_bytes[k])
+
+    def sync(self, k: int, n: int) -> float:
+        """The exposed DP gradient synchronisation of stage ``k`` after its last backward."""
+        return (n * self.layer_sync_seconds + self.embedding_sync_seconds[k]
+                + self.sync_latency_seconds)
+
+    def pipeline(self, stages: tuple[int, ...]) -> float:
+        """1F1B over the stages: ``(m - 1) x`` the slowest slot plus one pass through all of
+        them (``(m + p - 1) x slot`` when equal); interleaved: ``(m + (p - 1)/v) x slot``."""
+        slots = [self.slot(k, n) for k, n in enumerate(stages)]
+        if self.interleave > 1:
+            return (self.microbatches + (self.pp - 1) / self.interleave) * max(slots)
+        return (self.microbatches - 1) * max(slots) + sum(slots)
+
+
+def _check(model: ModelSpec, layout: Layout, global_batch: int) -> None:
+    if layout.recompute not in RECOMPUTE:
+        raise ArnoldError(f"--recompute {layout.recompute}: use one of {', '.join(RECOMPUTE)}")
+    if layout.order not in ORDERS:
+        raise ArnoldError(f"rank order {layout.order}: use one of {', '.join(ORDERS)}")
+    if model.heads % layout.tp:
+        raise ArnoldError(f"TP {layout.tp} does not divide the {model.heads} heads")
+    if global_batch % (layout.dp * layout.micro_batch):
+        raise ArnoldError(f"global batch {global_batch} is not a multiple of DP x micro-batch "
+                          f"= {layout.dp} x {layout.micro_batch}")
+    if model.seq_len % layout.cp:
+        raise ArnoldError(f"CP {layout.cp} does not divide the sequence of {model.seq_len}")
+    if model.experts % layout.ep or (layout.dp * layout.cp) % layout.ep:
+        raise ArnoldError(f"EP {layout.ep} must divide the {model.experts} experts and "
+                          f"DP x CP = {layout.dp * layout.cp}")
+    if layout.pp * layout.interleave > model.layers:
+        raise ArnoldError(f"{layout.pp} stages x {layout.interleave} chunks exceed the "
+                          f"{model.layers} layers")
+
+
+def _check_cut(model: ModelSpec, layout: Layout) -> None:
+    if layout.stages:
+        if len(layout.stages) != layout.pp or sum(layout.stages) != model.layers \
+                or min(layout.stages) < 1:
+            raise ArnoldError(f"stages {','.join(map(str, layout.stages))}: give {layout.pp} "
+                              f"positive layer counts adding up to {model.layers}")
+        if layout.interleave > 1 and len(set(layout.stages)) > 1:
+            raise ArnoldError("interleaving needs equal stages; drop --stages or --interleave")
+    elif model.layers % layout.pp:
+        raise ArnoldError(f"{layout.pp} stages do not divide the {model.layers} layers; "
+                          "give the layers per stage (--stages) or another PP")
+    elif layout.interleave > 1 and (model.layers // layout.pp) % layout.interleave:
+        raise ArnoldError(f"{model.layers // layout.pp} layers per stage do not split into "
+                          f"{layout.interleave} chunks")
+
+
+def stage_model(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: Layout,
+                global_batch: int, *, gpus_per_node: int = 8,
+                efficiency: float | None = None, leaf_nodes: int = LEAF_NODES) -> StageModel:
+    """The per-stage cost functions of ``layout`` (its ``stages`` are ignored: any cut is
+    priced by them); raises ``ArnoldError`` when the layout is not one of the job."""
+    _check(model, layout, global_batch)
+    eff = EFFICIENCY.get(gpu.name, 0.5) if efficiency is None else efficiency
+    tp, cp, ep, p = layout.tp, layout.cp, layout.ep, layout.pp
+    m = global_batch // (layout.dp * layout.micro_batch)
+    b, s, h = layout.micro_batch, model.seq_len, model.hidden
+    speed = eff * gpu.peak_flops
+    logits_flops = 6.0 * b * s * h * model.vocab  # forward and backward of the output layer
+    layer_flops = (model_flops(model, b, layout.recompute) - logits_flops) / model.layers
+    layer_compute = layer_flops / (tp * cp) / speed
+    levels = group_levels(layout.order, tp, cp, p, layout.dp, gpus_per_node, leaf_nodes)
+    dp_level, _, bounds = levels
+    passes = 3 if layout.recompute == "full" else 2  # forward, backward, recomputed forward
+    # TP: per layer, 2 all-reduces in each pass of b s h values (with sequence parallelism
+    # the same bytes as all-gather + reduce-scatter), on NVLink while TP fits in a node.
+    if tp <= gpus_per_node:
+        tp_bw, tp_lat = gpu.nvlink_bytes_per_s, network.nvlink.latency_us * 1e-6
+    else:
+        tp_bw, tp_lat = _tier(network, span_level(0, tp, gpus_per_node, leaf_nodes))
+    layer_comm = 2 * passes * allreduce_seconds(BYTES_PER_VALUE * b * s * h / cp, tp, tp_bw,
+                                                tp_lat)
+    # CP (ring attention): keys and values all-gathered in each forward, their gradients
+    # reduce-scattered backwards, among the CP ranks next to the TP group.
+    if cp > 1:
+        kv_bytes = 2 * BYTES_PER_VALUE * b * s * model.kv * (h // model.heads) / min(tp, model.kv)
+        bw, lat = _tier(network, span_level(0, tp * cp, gpus_per_node, leaf_nodes))
+        layer_comm += passes * ((cp - 1) / cp * kv_bytes / bw + (cp - 1) * lat)
+    # EP: each MoE layer dispatches and combines its tokens' top-k copies all-to-all, in every
+    # pass; the EP group is EP consecutive DP ranks.
+    if ep > 1:
+        tokens_bytes = BYTES_PER_VALUE * b * (s / cp) * h * model.top_k / tp
+        ep_span = ep * tp * cp * (1 if layout.order == "tp-dp-pp" else p)
+        bw, lat = _tier(network, span_level(0, ep_span, gpus_per_node, leaf_nodes))
+        layer_comm += 2 * passes * ((ep - 1) / ep * tokens_bytes / bw + (ep - 1) * lat)
+    message = BYTES_PER_VALUE * b * s * h / cp / (tp if layout.sequence_parallel else 1)
+    boundary = tuple(_tier(network, lv)[1] + message / _tier(network, lv)[0] for lv in bounds)
+    embeddings = _embeddings(model, p)
+    emb_states = tuple(_state_bytes(model, layout, 0, e) for e in embeddings)
+    # DP: gradients all-reduced across DP x CP replicas (reduce-scatter for ZeRO-2/3, the same
+    # bytes), plus ZeRO-3's two parameter all-gathers; dense and expert parameters alike.
+    n_dp = layout.dp * cp
+    bw, lat = _tier(network, dp_level)
+    ring = 2 * (n_dp - 1) / n_dp if n_dp > 1 else 0.0
+    factor = ring * (2.0 if layout.zero >= 3 else 1.0)
+    dense, expert = _params_per_gpu(model, layout, 1, 0)
+    per_layer_sync = factor * BYTES_PER_VALUE * (dense + expert) / bw
+    emb_sync = tuple(factor * BYTES_PER_VALUE * e / tp / bw for e in embeddings)
+    sync_lat = (2.0 if layout.zero >= 3 else 1.0) * 2 * (n_dp - 1) * lat if n_dp > 1 else 0.0
+    return StageModel(
+        pp=p, microbatches=m, interleave=layout.interleave,
+        layer_seconds=layer_compute + layer_comm, layer_compute_seconds=layer_compute,
+        logits_seconds=logits_flops / (tp * cp) / speed, boundary_seconds=boundary,
+        layer_state_bytes=_state_bytes(model, layout, 1, 0),
+        layer_activation_bytes=activation_bytes_per_layer(model, layout),
+        embedding_state_bytes=emb_states, layer_sync_seconds=per_layer_sync,
+        embedding_sync_seconds=emb_sync, sync_latency_seconds=sync_lat)
+
+
+def _embeddings(model: ModelSpec, pp: int) -> list[float]:
+    """Embedding parameters per stage: the input embedding on the first, the output layer on
+    the last (Megatron keeps a tied copy there; untied models have their own)."""
+    out = [0.0] * pp
+    out[0] += model.embedding_params()
+    if pp > 1:
+        out[-1] += model.vocab * model.hidden
+    return out
+
+
+def in_flight(k: int, pp: int, microbatches: int | None, interleave: int) -> float:
+    """Micro-batches whose activations stage ``k`` holds at the 1F1B peak: ``p - k`` (at most
+    ``m``); interleaved, ``(p - 1)/v`` more chunks' worth (Narayanan et al., SC'21)."""
+    held = pp - k if microbatches is None else min(pp - k, microbatches)
+    return float(held) if interleave == 1 else held + (pp - 1) / interleave
+
+
+def stage_memory_bytes(model: ModelSpec, layout: Layout,
+                       microbatches: int | None = None) -> list[float]:
+    """Peak bytes on a GPU of each stage (states and in-flight activations)."""
+    _check_cut(model, layout)
+    state = _state_bytes(model, layout, 1, 0)
+    act = activation_bytes_per_layer(model, layout)
+    emb = _embeddings(model, layout.pp)
+    return [n * (state + act * in_flight(k, layout.pp, microbatches, layout.interleave))
+            + _state_bytes(model, layout, 0, emb[k])
+            for k, n in enumerate(layout.stage_layers(model.layers))]
 
 
 def allreduce_seconds(size: float, n: int, bandwidth: float, latency: float) -> float:
@@ -166,57 +401,35 @@ def estimate(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: Layo
              global_batch: int, *, gpus_per_node: int = 8,
              efficiency: float | None = None, leaf_nodes: int = LEAF_NODES) -> Estimate:
     """Predict one iteration of ``layout``; raises ``ArnoldError`` when it is not a layout of
-    the job (batch or layers that do not divide)."""
-    if layout.recompute not in RECOMPUTE:
-        raise ArnoldError(f"--recompute {layout.recompute}: use one of {', '.join(RECOMPUTE)}")
-    if model.heads % layout.tp:
-        raise ArnoldError(f"TP {layout.tp} does not divide the {model.heads} heads")
-    if global_batch % (layout.dp * layout.micro_batch):
-        raise ArnoldError(f"global batch {global_batch} is not a multiple of DP x micro-batch "
-                          f"= {layout.dp} x {layout.micro_batch}")
-    if layout.pp * layout.interleave > model.layers:
-        raise ArnoldError(f"{layout.pp} stages x {layout.interleave} chunks exceed the "
-                          f"{model.layers} layers")
-    eff = EFFICIENCY.get(gpu.name, 0.5) if efficiency is None else efficiency
-    m = global_batch // (layout.dp * layout.micro_batch)
-    b, s, h = layout.micro_batch, model.seq_len, model.hidden
-    # Compute of one micro-batch on one stage (forward + backward, recomputation included).
-    per_micro = model_flops(model, b, layout.recompute) / (layout.pp * layout.tp * layout.cp)
-    stage_compute = per_micro / (eff * gpu.peak_flops)
-    # TP: per layer, 2 all-reduces forward and 2 backward (+2 recomputed) of b s h values
-    # (with sequence parallelism the same bytes as all-gather + reduce-scatter).
-    tp_bw, tp_lat = gpu.nvlink_bytes_per_s, network.nvlink.latency_us * 1e-6
-    if layout.tp > gpus_per_node:
-        tp_bw, tp_lat = _tier(network, gpus_per_node, layout.tp, leaf_nodes)
-    ars = 6 if layout.recompute == "full" else 4
-    tp_layer = ars * allreduce_seconds(BYTES_PER_VALUE * b * s * h / layout.cp, layout.tp,
-                                       tp_bw, tp_lat)
-    stage_tp = tp_layer * model.layers / layout.pp
-    # PP: one activation forward and one gradient backward per micro-batch and boundary.
-    pp_bw, pp_lat = _tier(network, gpus_per_node, layout.tp * layout.pp * 2, leaf_nodes)
-    message = BYTES_PER_VALUE * b * s * h / layout.cp / (layout.tp if layout.sequence_parallel
-                                                         else 1)
-    stage_pp = 2 * (pp_lat + message / pp_bw) * layout.interleave if layout.pp > 1 else 0.0
-    slot = stage_compute + stage_tp + stage_pp
-    bubble = (layout.pp - 1) / layout.interleave * slot
-    pipeline = m * slot + bubble
-    # DP: gradients of one GPU's parameters, all-reduced across replicas (reduce-scatter for
-    # ZeRO-2/3, plus the parameter all-gather of ZeRO-3 twice per iteration).
-    params = (model.layers / layout.pp * model.layer_params() + model.embedding_params()) \
-        / layout.tp
-    dp_n = layout.dp * layout.cp
-    dp_bw, dp_lat = _tier(network, gpus_per_node, layout.gpus, leaf_nodes)
-    grad_bytes = BYTES_PER_VALUE * params
-    dp = allreduce_seconds(grad_bytes, dp_n, dp_bw, dp_lat)
-    if layout.zero >= 3:
-        dp += 2 * 0.5 * allreduce_seconds(grad_bytes, dp_n, dp_bw, dp_lat)
+    the job (batch, layers or stages that do not add up)."""
+    sm = stage_model(model, gpu, network, layout, global_batch, gpus_per_node=gpus_per_node,
+                     efficiency=efficiency, leaf_nodes=leaf_nodes)
+    _check_cut(model, layout)
+    return estimate_stages(model, gpu, layout, global_batch, sm,
+                           layout.stage_layers(model.layers))
+
+
+def estimate_stages(model: ModelSpec, gpu: GpuSpec, layout: Layout, global_batch: int,
+                    sm: StageModel, stages: tuple[int, ...]) -> Estimate:
+    """The estimate of ``layout`` cut into ``stages`` (layers per stage) on a stage model."""
+    m = sm.microbatches
+    pipeline = sm.pipeline(stages)
+    slots = [sm.slot(k, n) for k, n in enumerate(stages)]
+    worst = max(range(len(stages)), key=lambda k: slots[k])
+    n = stages[worst]
+    compute = m * (n * sm.layer_compute_seconds
+                   + (sm.logits_seconds if worst == sm.pp - 1 else 0.0))
+    pp_comm = m * (slots[worst] - n * sm.layer_seconds
+                   - (sm.logits_seconds if worst == sm.pp - 1 else 0.0))
+    other_comm = m * n * (sm.layer_seconds - sm.layer_compute_seconds)
+    dp = max(sm.sync(k, n) for k, n in enumerate(stages))
     step = pipeline + dp
     flops = model_flops(model, global_batch, "full")  # the paper's count, for TFLOP/s
-    tflops = flops / step / layout.gpus / 1e12
-    mem = memory_bytes(model, layout)
-    return Estimate(step, tflops, model_flops(model, global_batch, layout.recompute) / step
-                    / layout.gpus / gpu.peak_flops, mem / 2**30, mem <= gpu.memory_bytes,
-                    m * stage_compute, bubble, m * stage_tp, m * stage_pp, dp, m)
+    mem = max(sm.memory(k, n) for k, n in enumerate(stages))
+    return Estimate(step, flops / step / layout.gpus / 1e12,
+                    model_flops(model, global_batch, layout.recompute) / step / layout.gpus
+                    / gpu.peak_flops, mem / 2**30, mem <= gpu.memory_bytes,
+                    compute, pipeline - m * slots[worst], other_comm, pp_comm, dp, m)
 
 
 def smallest_fitting_gpus(model: ModelSpec, gpu: GpuSpec) -> int:
@@ -224,3 +437,22 @@ def smallest_fitting_gpus(model: ModelSpec, gpu: GpuSpec) -> int:
     at micro-batch 1 (a floor for error messages)."""
     states = 16 * model.params()
     return max(1, math.ceil(states / gpu.memory_bytes))
+
+
+def communication_volumes(model: ModelSpec, layout: Layout,
+                          global_batch: int) -> tuple[float, float, int]:
+    """(DP bytes, PP bytes, micro-batches) one GPU sends per iteration in its DP group and its
+    pipeline, on the cost model above: the ring all-reduce (or reduce-scatter + all-gather) of
+    its stage's gradients, twice for ZeRO-3; one activation forward and one gradient backward
+    per micro-batch, chunk and boundary. What ``--align auto`` weighs the spreads by."""
+    _check(model, layout, global_batch)
+    m = global_batch // (layout.dp * layout.micro_batch)
+    n_dp = layout.dp * layout.cp
+    first = max(layout.stage_layers(model.layers))
+    dense, expert = _params_per_gpu(model, layout, first, model.embedding_params())
+    ring = 2 * (n_dp - 1) / n_dp if n_dp > 1 else 0.0
+    dp_bytes = ring * BYTES_PER_VALUE * (dense + expert) * (2 if layout.zero >= 3 else 1)
+    message = BYTES_PER_VALUE * layout.micro_batch * model.seq_len * model.hidden / layout.cp \
+        / (layout.tp if layout.sequence_parallel else 1)
+    pp_bytes = 2 * m * layout.interleave * message if layout.pp > 1 else 0.0
+    return dp_bytes, pp_bytes, m

@@ -1,18 +1,22 @@
-"""``arnold plan``: the fastest layout that fits, by exhaustive search over uniform layouts.
+"""``arnold plan``: the fastest layout that fits, exact over its space.
 
-The space: TP a power of two dividing the heads, up to a node's GPUs; PP dividing the layers
-(equal stages); DP the rest of the GPUs; micro-batch dividing the per-replica batch (up to 8);
-ZeRO 0-3; recomputation none, selective, full; interleaving 1, 2, 4 where the stages divide.
-Every point is priced by the cost model (``cost.estimate``); memory is checked for each, so
-only layouts that fit compete. Exact over that space. NEST's dynamic program (unequal stages,
-a network level per stage boundary) searches a larger one; it is the next step.
+The space: TP a power of two dividing the heads, up to a node's GPUs; CP 1-8 for sequences of
+8192 tokens and more; EP dividing the experts and DP x CP (MoE models); any PP up to the
+layers with DP the rest of the GPUs; the rank order (``tp-dp-pp``: compact DP groups,
+``tp-pp-dp``: compact pipelines), which sets the network level of every group and stage
+boundary; micro-batch dividing the per-replica batch (up to 8); recomputation none, selective,
+full; interleaving 1, 2, 4 where equal stages divide; ZeRO 0-3; and, without interleaving, any
+cut of the layers into stages, found by NEST's dynamic program (``nest.best_cut``) with memory
+feasibility inside the recursion.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from site_config.settings import NetworkTiers
@@ -20,13 +24,16 @@ from slurm_arnold.errors import InfeasibleError
 from slurm_arnold.plan.catalog import GpuSpec, ModelSpec
 from slurm_arnold.plan.cost import (
     LEAF_NODES,
+    ORDERS,
     RECOMPUTE,
     Estimate,
     Layout,
-    estimate,
-    memory_bytes,
+    StageModel,
+    estimate_stages,
     smallest_fitting_gpus,
+    stage_model,
 )
+from slurm_arnold.plan.nest import best_cut
 
 
 @dataclass(frozen=True)
@@ -38,64 +45,129 @@ class Plan:
     alternatives: list[tuple[Layout, Estimate]]
     evaluated: int
     search_seconds: float
+    pruned: int = 0
+
+
+LONG_CONTEXT = 8192  # CP is searched from this sequence length on (ring attention's use)
 
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def candidates(model: ModelSpec, gpus: int, global_batch: int,
-               gpus_per_node: int) -> list[Layout]:
-    """Every uniform layout of the job."""
+def templates(model: ModelSpec, gpus: int, global_batch: int,
+              gpus_per_node: int) -> list[Layout]:
+    """Every layout of the job up to its cut and ZeRO stage (both chosen by the search)."""
     out = []
     tps = [t for t in (1, 2, 4, 8, 16) if t <= gpus_per_node and model.heads % t == 0
            and gpus % t == 0]
+    cps = [c for c in (1, 2, 4, 8) if model.seq_len % c == 0
+           and (c == 1 or model.seq_len >= LONG_CONTEXT)]
     for tp in tps:
-        for pp in _divisors(model.layers):
-            if gpus % (tp * pp):
-                continue
-            dp = gpus // (tp * pp)
-            if global_batch % dp:
-                continue
-            per_replica = global_batch // dp
-            for mb in (b for b in (1, 2, 4, 8) if per_replica % b == 0):
-                for v in (1, 2, 4):
-                    if v > 1 and (pp == 1 or (model.layers // pp) % v):
-                        continue
-                    for zero in (0, 1, 2, 3):
-                        if zero and dp == 1:
+        for cp in cps:
+            for pp in range(1, min(model.layers, gpus // (tp * cp)) + 1):
+                if gpus % (tp * cp * pp):
+                    continue
+                dp = gpus // (tp * cp * pp)
+                if global_batch % dp:
+                    continue
+                per_replica = global_batch // dp
+                eps = [e for e in _divisors(model.experts) if (dp * cp) % e == 0]
+                orders = ORDERS if pp > 1 and dp * cp > 1 else ORDERS[:1]
+                for mb in (b for b in (1, 2, 4, 8) if per_replica % b == 0):
+                    for v in (1, 2, 4):
+                        if v > 1 and (pp == 1 or model.layers % pp
+                                      or (model.layers // pp) % v):
                             continue
                         for rc in RECOMPUTE:
-                            out.append(Layout(tp, pp, dp, micro_batch=mb, zero=zero,
-                                              recompute=rc, interleave=v))
+                            for ep in eps:
+                                for order in orders:
+                                    out.append(Layout(tp, pp, dp, micro_batch=mb, zero=0,
+                                                      recompute=rc, interleave=v, cp=cp,
+                                                      ep=ep, order=order))
     return out
+
+
+def _lower_bound(sm: StageModel, layers: int) -> float:
+    """No cut's pipeline is faster: the slots' sum is fixed, the slowest at least the mean."""
+    total = sum(sm.slot(k, 0) for k in range(sm.pp)) + layers * sm.layer_seconds
+    if sm.interleave > 1:
+        return (sm.microbatches + (sm.pp - 1) / sm.interleave) * total / sm.pp
+    return (sm.microbatches - 1) * total / sm.pp + total
 
 
 def search(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, gpus: int,
            global_batch: int, *, gpus_per_node: int = 8, top: int = 5,
-           leaf_nodes: int = LEAF_NODES) -> Plan:
-    """The fastest layout that fits; ``InfeasibleError`` naming the GPU count that could."""
+           leaf_nodes: int = LEAF_NODES, equal_stages: bool = False) -> Plan:
+    """The fastest layout that fits; ``InfeasibleError`` naming the GPU count that could.
+
+    Each template (TP, CP, EP, PP, DP, rank order, micro-batch, recomputation, interleaving)
+    is priced from its stage model; the cut comes from NEST's dynamic program
+    (``nest.best_cut``, memory checked inside it), ZeRO stages are tried from 0 up while memory
+    still binds the cut. Templates are taken in order of a lower bound on their time and those
+    whose bound cannot beat the ``top + 1``-th best found are skipped: the winner and the
+    runners-up are exactly those of the whole space. ``equal_stages`` restricts the cuts to
+    equal stages (what the first version searched; the benchmark compares the two)."""
     t0 = time.monotonic()
+    limit = gpu.memory_bytes
+    priced = []
+    for lay in templates(model, gpus, global_batch, gpus_per_node):
+        if equal_stages and model.layers % lay.pp:
+            continue
+        sm = stage_model(model, gpu, network, lay, global_batch, gpus_per_node=gpus_per_node,
+                         leaf_nodes=leaf_nodes)
+        priced.append((_lower_bound(sm, model.layers), lay, sm))
+    priced.sort(key=lambda x: x[0])
+    bests: list[float] = []  # the best step of each template tried, sorted
     scored: list[tuple[float, Layout, Estimate]] = []
-    layouts = candidates(model, gpus, global_batch, gpus_per_node)
-    for layout in layouts:
-        est = estimate(model, gpu, network, layout, global_batch, gpus_per_node=gpus_per_node,
-                       leaf_nodes=leaf_nodes)
-        if est.fits:
-            scored.append((est.step_seconds, layout, est))
+    evaluated = pruned = 0
+    for bound, lay, sm0 in priced:
+        if len(bests) > top and bound >= bests[top]:
+            pruned += 1
+            continue
+        free_bottleneck = None
+        template_best = math.inf
+        for zero in (0, 1, 2, 3) if lay.dp * lay.cp > 1 else (0,):
+            zl = replace(lay, zero=zero)
+            sm = sm0 if zero == 0 else stage_model(model, gpu, network, zl, global_batch,
+                                                   gpus_per_node=gpus_per_node,
+                                                   leaf_nodes=leaf_nodes)
+            evaluated += 1
+            if lay.interleave > 1 or equal_stages:
+                cut = zl.stage_layers(model.layers)
+                if any(sm.memory(k, n) > limit for k, n in enumerate(cut)):
+                    continue
+                bottleneck = max(sm.slot(k, n) for k, n in enumerate(cut))
+            else:
+                bottleneck, cut = best_cut(sm, model.layers, limit)
+                if not cut:
+                    continue
+            est = estimate_stages(model, gpu, zl, global_batch, sm, cut)
+            equal = len(set(cut)) == 1 and model.layers % lay.pp == 0
+            final = replace(zl, stages=() if equal else cut)
+            scored.append((est.step_seconds, final, est))
+            template_best = min(template_best, est.step_seconds)
+            if free_bottleneck is None:
+                free_bottleneck = bottleneck if lay.interleave > 1 or equal_stages else \
+                    best_cut(sm, model.layers, math.inf)[0]
+            if bottleneck <= free_bottleneck * (1 + 1e-12):
+                break  # memory no longer binds: more sharding cannot be faster
+        if template_best < math.inf:
+            bisect.insort(bests, template_best)
     if not scored:
-        need = smallest_fitting(model, gpu, global_batch, gpus_per_node)
+        need = smallest_fitting(model, gpu, network, global_batch, gpus_per_node)
         raise InfeasibleError(
             f"{model.name} does not fit on {gpus} x {gpu.name} with global batch {global_batch}"
             f" in any layout; " + (f"the smallest job that fits has {need} GPUs: ask for that"
                                    if need else "no job up to 65,536 GPUs fits this batch; "
                                    "change the global batch"))
-    # Ties go to the simpler layout: less sharding, less recomputation, no interleaving.
+    # Ties go to the simpler layout: less sharding, less recomputation, no interleaving,
+    # Megatron's rank order, equal stages.
     scored.sort(key=lambda x: (round(x[0], 9), x[1].zero, RECOMPUTE.index(x[1].recompute),
-                               x[1].interleave, x[1].micro_batch))
+                               x[1].interleave, x[1].micro_batch, ORDERS.index(x[1].order),
+                               bool(x[1].stages), x[1].cp, x[1].ep))
     _, best, est = scored[0]
-    # Runners-up differ in more than the ZeRO stage (which the time model prices alike
-    # unless it is ZeRO-3): one per shape, its simplest variant.
+    # Runners-up differ in more than the ZeRO stage: one per shape, its simplest variant.
     seen = {_shape(best)}
     alternatives = []
     for _, lay, e in scored[1:]:
@@ -105,26 +177,33 @@ def search(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, gpus: int,
         alternatives.append((lay, e))
         if len(alternatives) == top:
             break
-    return Plan(best, est, alternatives, len(layouts), time.monotonic() - t0)
+    return Plan(best, est, alternatives, evaluated, time.monotonic() - t0, pruned)
 
 
-def smallest_fitting(model: ModelSpec, gpu: GpuSpec, global_batch: int,
+def smallest_fitting(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, global_batch: int,
                      gpus_per_node: int) -> int | None:
-    """The fewest GPUs (whole nodes) with some layout that fits in memory, from the floor its
-    weights and Adam states set (ZeRO-3) upwards; ``None`` beyond 65,536."""
+    """The fewest GPUs (whole nodes) with some layout and cut that fit in memory, from the
+    floor the weights and Adam states set (ZeRO-3) upwards; ``None`` beyond 65,536. Only the
+    leanest variant of each template is tried: ZeRO-3 (where DP > 1), full recomputation,
+    micro-batch 1, no interleaving."""
     n = max(gpus_per_node, math.ceil(smallest_fitting_gpus(model, gpu) / gpus_per_node)
             * gpus_per_node)
     while n <= 65_536:
-        if any(memory_bytes(model, lay) <= gpu.memory_bytes
-               for lay in candidates(model, n, global_batch, gpus_per_node)):
-            return n
+        for lay in templates(model, n, global_batch, gpus_per_node):
+            if lay.micro_batch > 1 or lay.interleave > 1 or lay.recompute != "full":
+                continue
+            lean = replace(lay, zero=3 if lay.dp * lay.cp > 1 else 0)
+            sm = stage_model(model, gpu, network, lean, global_batch,
+                             gpus_per_node=gpus_per_node)
+            if best_cut(sm, model.layers, gpu.memory_bytes)[1]:
+                return n
         n += gpus_per_node
     return None
 
 
-def _shape(layout: Layout) -> tuple[int, ...]:
-    return (layout.tp, layout.pp, layout.dp, layout.micro_batch, layout.interleave,
-            RECOMPUTE.index(layout.recompute))
+def _shape(layout: Layout) -> tuple[object, ...]:
+    return (layout.tp, layout.pp, layout.dp, layout.cp, layout.ep, layout.micro_batch,
+            layout.interleave, layout.recompute, layout.order)
 
 
 def why(best: tuple[Layout, Estimate], other: tuple[Layout, Estimate]) -> str:
@@ -132,7 +211,7 @@ def why(best: tuple[Layout, Estimate], other: tuple[Layout, Estimate]) -> str:
     (_, a), (_, b) = best, other
     parts = {"compute": b.compute_seconds - a.compute_seconds,
              "pipeline bubble": b.bubble_seconds - a.bubble_seconds,
-             "TP communication": b.tp_seconds - a.tp_seconds,
+             "TP/CP/EP communication": b.tp_seconds - a.tp_seconds,
              "PP communication": b.pp_seconds - a.pp_seconds,
              "DP communication": b.dp_seconds - a.dp_seconds}
     worst = [kv for kv in sorted(parts.items(), key=lambda kv: -abs(kv[1]))[:2]
@@ -146,13 +225,14 @@ def why(best: tuple[Layout, Estimate], other: tuple[Layout, Estimate]) -> str:
 def plan_json(model: ModelSpec, layout: Layout, est: Estimate, *, search_seconds: float = 0.0,
               alternatives: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The ``arnold plan --json`` object."""
-    per_stage = model.layers // layout.pp
+    bounds = list(itertools.accumulate(layout.stage_layers(model.layers), initial=0))
     return {
         "model": model.name, "gpus": layout.gpus,
         "tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp, "ep": layout.ep,
         "zero": layout.zero, "recompute": layout.recompute, "micro_batch": layout.micro_batch,
         "interleave": layout.interleave,
-        "stages": [[i * per_stage, (i + 1) * per_stage - 1] for i in range(layout.pp)],
+        "stages": [[a, b - 1] for a, b in itertools.pairwise(bounds)],
+        "rank_order": layout.order,
         "step_seconds": round(est.step_seconds, 4),
         "tflops_per_gpu": round(est.tflops_per_gpu, 2), "mfu": round(est.mfu, 4),
         "memory_gib_per_gpu": round(est.memory_gib_per_gpu, 2), "fits": est.fits,

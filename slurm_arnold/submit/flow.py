@@ -27,10 +27,11 @@ from typing import IO, Any
 
 import hostlist
 
-from site_config import SiteConfig
+from site_config import NetworkTiers, SiteConfig
 from slurm_arnold.cluster import ClusterView, live_cluster, slurm_choice
 from slurm_arnold.errors import ArnoldError, InfeasibleError
 from slurm_arnold.placement import JobShape, Placement, place
+from slurm_arnold.placement.align import alpha_from_model
 from slurm_arnold.placement.engine import check_alpha, place_from_node_list
 from slurm_arnold.rankorder import ORDERS, write_files
 from slurm_arnold.slurm import Slurm
@@ -238,7 +239,8 @@ def after_submit(config: SiteConfig, db: StateDB, slurm: Slurm, job_id: int) -> 
 def layout_from_model(request: Request, view: ClusterView, config: SiteConfig) -> dict[str, str]:
     """``--model M --global-batch B [--gpu-type G]`` without ``--tp``/``--pp``: the planner's layout
     for the job's GPUs (``arnold plan``), set as our TP and PP; the rest of the plan goes to the
-    job as ``ARNOLD_PLAN_*`` variables (micro-batch, ZeRO stage, recomputation, interleaving)."""
+    job as ``ARNOLD_PLAN_*`` variables (micro-batch, ZeRO stage, recomputation, interleaving,
+    CP, EP and the layers per stage)."""
     from slurm_arnold.plan.catalog import load_gpu, load_model
     from slurm_arnold.plan.search import search
 
@@ -260,12 +262,17 @@ def layout_from_model(request: Request, view: ClusterView, config: SiteConfig) -
                 lay.interleave, est.step_seconds, est.memory_gib_per_gpu)
     return {"ARNOLD_PLAN_MICRO_BATCH": str(lay.micro_batch), "ARNOLD_PLAN_ZERO": str(lay.zero),
             "ARNOLD_PLAN_RECOMPUTE": lay.recompute,
-            "ARNOLD_PLAN_INTERLEAVE": str(lay.interleave)}
+            "ARNOLD_PLAN_INTERLEAVE": str(lay.interleave),
+            # CP and EP ranks come out of the placement's DP dimension (DP here = dp x cp).
+            "ARNOLD_PLAN_CP": str(lay.cp), "ARNOLD_PLAN_EP": str(lay.ep),
+            "ARNOLD_PLAN_STAGES": ",".join(map(str, lay.stage_layers(model.layers)))}
 
 
-def plan(request: Request, view: ClusterView, free: set[str],
-         slurm: Slurm) -> tuple[JobShape, Placement, str]:
-    """The job's shape and placement; raises ``InfeasibleError`` with the user's choices."""
+def plan(request: Request, view: ClusterView, free: set[str], slurm: Slurm,
+         network: NetworkTiers | None = None,
+         micro_batch: int = 1) -> tuple[JobShape, Placement, str]:
+    """The job's shape and placement; raises ``InfeasibleError`` with the user's choices.
+    ``network`` and ``micro_batch`` let ``--align auto`` price a ``--model`` job's traffic."""
     ours, sb = request.ours, request.sbatch
     tp = _int_option(ours.get("tp"), "--tp")
     pp = _int_option(ours.get("pp"), "--pp")
@@ -291,8 +298,15 @@ def plan(request: Request, view: ClusterView, free: set[str],
     align = ours.get("align")
     if align not in (None, "auto"):
         raise ArnoldError(f"--align {align}: only --align auto is known")
-    if align == "auto" and alpha_text is None:
-        # Without communication volumes, auto means the paper's finding for dense models:
+    batch = _int_option(ours.get("global-batch"), "--global-batch")
+    if align == "auto" and alpha_text is None and "model" in ours and batch is not None \
+            and network is not None:
+        # The planner's cost model says how much each kind of traffic weighs.
+        alpha = alpha_from_model(ours["model"], batch, tp=tp, pp=pp, dp=job.dp,
+                                 micro_batch=micro_batch, network=network)
+        log.info("--align auto: alpha %.4f from %s's DP and PP traffic", alpha, ours["model"])
+    elif align == "auto" and alpha_text is None:
+        # Without the model, auto means the paper's finding for dense models:
         # pipelines first (see docs/placement.md).
         alpha = 0.25
     else:
@@ -344,7 +358,9 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
         claimed = claimed_nodes(db, slurm)
         free = narrow_free(view, request.sbatch, claimed)
         try:
-            job, placement, algo = plan(request, view, free, slurm)
+            job, placement, algo = plan(
+                request, view, free, slurm, config.network,
+                int(planned.get("ARNOLD_PLAN_MICRO_BATCH", "1")))
         except NotFreeNow as short:
             if short.job.gpus < config.reservation.large_job_gpus or short.algo == "slurm":
                 raise
