@@ -616,10 +616,12 @@ def predictor_retrain(since: str | None, no_import: bool, force: bool, as_json: 
 
 def _register() -> None:
     from slurm_arnold.bench_cli import bench
+    from slurm_arnold.pipeline_cli import pipeline
     from slurm_arnold.plan_cli import plan
     from slurm_arnold.reserve_cli import reserve
 
     main.add_command(bench)
+    main.add_command(pipeline)
     main.add_command(plan)
     main.add_command(reserve)
 

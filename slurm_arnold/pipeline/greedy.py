@@ -1,0 +1,161 @@
+"""CrossPipe's greedy delay-aware schedule generator.
+
+It builds the schedule while simulating it, so it sees when each message will arrive. Each
+step takes the stage that can start a block earliest (ties: the lower stage) and picks that
+stage's block by phase:
+
+- **warm-up** (no input gradient has reached the stage yet): F while memory allows;
+- **steady state**: alternate, B after an F and F after a B, whichever has arrived;
+- **tear-down** (every F done): B before W;
+- **W** when memory blocks F and no B is there, or when nothing else has arrived yet: the
+  stage fills the wait for a delayed message with weight gradients instead of idling.
+
+F, B and W of micro-batches run in increasing micro-batch order on each stage (and chunk).
+Memory never exceeds the limit: an F that would is not a candidate.
+"""
+
+from __future__ import annotations
+
+import math
+
+from slurm_arnold.errors import ArnoldError
+from slurm_arnold.pipeline.model import Block, PipelineModel, dependency
+from slurm_arnold.pipeline.simulate import Schedule
+
+EPS = 1e-9
+
+
+def greedy(model: PipelineModel, mem_limit: float | None = None) -> Schedule:
+    """The greedy schedule under ``mem_limit`` (default: the model's, else 1F1B's peak of
+    ``p`` micro-batches)."""
+    limit = mem_limit if mem_limit is not None else (
+        model.mem_limit if model.mem_limit is not None else model.stages * model.mem_b)
+    if limit + EPS < model.mem_b / model.chunks:
+        raise ArnoldError(f"--mem-limit {limit:g} is below one forward's activations "
+                          f"({model.mem_b / model.chunks:g}); nothing can run")
+    return greedy_once(model, limit)[1]
+
+
+def greedy_once(model: PipelineModel, limit: float) -> tuple[float, Schedule]:
+    """One pass of the greedy: (makespan, schedule)."""
+    p, m, v = model.stages, model.microbatches, model.chunks
+    total = 3 * m * v
+    order: Schedule = [[] for _ in range(p)]
+    free = [0.0] * p
+    memory = [0.0] * p
+    next_f = [[0] * v for _ in range(p)]  # per stage and chunk: the next micro-batch to run
+    next_b = [[0] * v for _ in range(p)]
+    pending_w: list[list[Block]] = [[] for _ in range(p)]
+    last_kind = [""] * p
+    seen_b = [False] * p
+    arrival: dict[tuple[int, Block], float] = {}
+    link_free: dict[tuple[int, str], float] = {}
+    done = 0
+
+    def pick(s: int) -> tuple[float, Block] | None:
+        return _choose(model, s, free[s], memory[s], limit, next_f[s], next_b[s],
+                       pending_w[s], last_kind[s], seen_b[s], arrival)
+
+    # A stage's choice changes only when it runs a block or a message reaches it.
+    picks = [pick(s) for s in range(p)]
+    while done < p * total:
+        best: tuple[float, int, Block] | None = None
+        for s in range(p):
+            choice = picks[s]
+            if choice is not None and (best is None or choice[0] < best[0] - EPS):
+                best = (choice[0], s, choice[1])
+        if best is None:
+            raise ArnoldError(f"the greedy schedule is stuck under --mem-limit {limit:g}; "
+                              "raise the limit")
+        start, s, block = best
+        end = start + model.duration(block)
+        order[s].append(block)
+        free[s] = end
+        memory[s] += model.memory_delta(block)
+        last_kind[s] = block.kind
+        if block.kind == "F":
+            next_f[s][block.chunk] += 1
+        elif block.kind == "B":
+            next_b[s][block.chunk] += 1
+            seen_b[s] = True
+            pending_w[s].append(Block("W", block.mb, block.chunk))
+        else:
+            pending_w[s].remove(block)
+        reached = _deliver(model, s, block, end, arrival, link_free)
+        done += 1
+        picks[s] = pick(s)
+        if reached is not None and reached != s:
+            picks[reached] = pick(reached)
+    return max(free), order
+
+
+def _choose(model: PipelineModel, s: int, free: float, memory: float, limit: float,
+            next_f: list[int], next_b: list[int], pending_w: list[Block], last_kind: str,
+            seen_b: bool, arrival: dict[tuple[int, Block], float]
+            ) -> tuple[float, Block] | None:
+    """The block stage ``s`` would run next and when it could start, or None (nothing can)."""
+    m = model.microbatches
+    fs: list[tuple[float, Block]] = []
+    bs: list[tuple[float, Block]] = []
+    for c in range(model.chunks):
+        if next_f[c] < m:
+            f = Block("F", next_f[c], c)
+            ready = _ready(model, s, f, arrival)
+            if ready is not None and memory + model.memory_delta(f) <= limit + EPS:
+                fs.append((max(free, ready), f))
+        if next_b[c] < next_f[c]:
+            b = Block("B", next_b[c], c)
+            ready = _ready(model, s, b, arrival)
+            if ready is not None:
+                bs.append((max(free, ready), b))
+    w = (free, pending_w[0]) if pending_w else None
+    first_f = min(fs, default=None)
+    first_b = min(bs, default=None)
+    now_f = first_f if first_f is not None and first_f[0] <= free + EPS else None
+    now_b = first_b if first_b is not None and first_b[0] <= free + EPS else None
+    all_f_done = all(n >= m for n in next_f)
+    if now_b is not None and (all_f_done or last_kind == "F" or now_f is None):
+        return now_b
+    if now_f is not None and (not seen_b or last_kind != "F" or now_b is None):
+        return now_f
+    if now_b is not None:
+        return now_b
+    later = [x for x in (first_f, first_b) if x is not None]
+    soon = min(later, key=lambda x: (x[0], x[1].kind != "B")) if later else None
+    if w is not None:
+        return w  # nothing has arrived: fill the wait with a weight gradient
+    return soon
+
+
+def _ready(model: PipelineModel, s: int, block: Block,
+           arrival: dict[tuple[int, Block], float]) -> float | None:
+    """When a block's input is there (0 if it needs none), None if not yet sent."""
+    dep = dependency(model, s, block)
+    if dep is None:
+        return 0.0
+    return arrival.get((s, block))
+
+
+def _deliver(model: PipelineModel, stage: int, block: Block, end: float,
+             arrival: dict[tuple[int, Block], float],
+             link_free: dict[tuple[int, str], float]) -> int | None:
+    """Send what a block produces, on the same link model as the simulator's (FIFO per link
+    and direction); returns the stage it goes to."""
+    if block.kind == "W":
+        return None
+    v = model.virtual(stage, block.chunk)
+    target = v + 1 if block.kind == "F" else v - 1
+    if not 0 <= target < model.stages * model.chunks:
+        return None
+    s2, c2 = model.place(target)
+    key = (s2, Block(block.kind, block.mb, c2))
+    if s2 == stage:
+        arrival[key] = end
+        return s2
+    boundary = stage if block.kind == "F" else s2
+    occupancy, latency = model.link_cost(boundary)
+    lane = (boundary, block.kind)
+    leave = max(end, link_free.get(lane, -math.inf))
+    link_free[lane] = leave + occupancy
+    arrival[key] = leave + occupancy + latency
+    return s2

@@ -1,0 +1,141 @@
+"""The pipeline model CrossPipe schedules against: stages, blocks, links and memory.
+
+A training iteration is ``m`` micro-batches through ``p`` stages. Each stage runs, for each
+micro-batch and each of its ``v`` model chunks, three compute blocks (Qi et al., zero-bubble
+pipeline parallelism): **F** (forward), **B** (gradient of the input, which the previous stage
+waits for) and **W** (gradient of the weights, which nobody waits for). With ``v`` chunks the
+model is cut into ``p * v`` virtual stages; virtual stage ``c * p + s`` is chunk ``c`` of stage
+``s`` (Megatron's interleaving), so a chunk's blocks take ``1/v`` of the stage's times.
+
+Links: stage ``i`` and ``i + 1`` are joined by boundary ``i``, one link per direction
+(activations forward, gradients backward); with chunks, boundary ``p - 1`` is the wrap-around
+from the last stage back to the first. A message over a link that pays (``cross``) occupies it
+for ``bandwidth_time`` (size over bandwidth; messages on one link queue) and arrives
+``latency`` after it leaves the link: the alpha-beta model with per-link occupancy. Links that do
+not pay deliver at once.
+
+Memory, in units of one micro-batch's activations of a whole stage: F adds ``mem_b`` (split over
+chunks), B frees what W does not need (``mem_b - mem_w``), W frees the rest (``mem_w``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from slurm_arnold.errors import ArnoldError
+
+KINDS = ("F", "B", "W")
+
+
+class Block(NamedTuple):
+    """One compute block: kind (F, B or W), micro-batch, chunk."""
+
+    kind: str
+    mb: int
+    chunk: int = 0
+
+    def label(self) -> str:
+        """``F3`` or, with chunks, ``F3.1``."""
+        return f"{self.kind}{self.mb}" + (f".{self.chunk}" if self.chunk else "")
+
+
+@dataclass(frozen=True)
+class PipelineModel:
+    """Times, memory and links of one pipeline (times per stage and micro-batch)."""
+
+    stages: int
+    microbatches: int
+    t_f: float = 1.0
+    t_b: float = 1.0
+    t_w: float = 1.0
+    chunks: int = 1
+    mem_b: float = 1.0
+    mem_w: float = 0.5
+    mem_limit: float | None = None
+    latency: float = 0.0
+    bandwidth_time: float = 0.0
+    cross_links: frozenset[int] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        if self.stages < 1 or self.microbatches < 1 or self.chunks < 1:
+            raise ArnoldError("--stages, --microbatches and --chunks must be at least 1")
+        if min(self.t_f, self.t_b) <= 0 or self.t_w < 0:
+            raise ArnoldError("--tf and --tb must be positive and --tw not negative")
+        if min(self.latency, self.bandwidth_time) < 0:
+            raise ArnoldError("--latency and --bandwidth-time must not be negative")
+        if not 0 <= self.mem_w <= self.mem_b:
+            raise ArnoldError("--mem-w must be between 0 and --mem-b (W keeps part of what F "
+                              "stored)")
+        links = self.stages if self.chunks > 1 else self.stages - 1
+        bad = sorted(i for i in self.cross_links if not 0 <= i < links)
+        if bad:
+            raise ArnoldError(f"--cross-links {','.join(map(str, bad))}: boundaries are 0.."
+                              f"{links - 1} (link i joins stage i and i + 1"
+                              + (f"; {self.stages - 1} is the wrap-around)" if self.chunks > 1
+                                 else ")"))
+
+    def duration(self, block: Block) -> float:
+        """How long a block runs (a chunk's share of the stage's time)."""
+        t = {"F": self.t_f, "B": self.t_b, "W": self.t_w}[block.kind]
+        return t / self.chunks
+
+    def memory_delta(self, block: Block) -> float:
+        """What a block adds to its stage's memory (negative: frees)."""
+        per_chunk = 1 / self.chunks
+        if block.kind == "F":
+            return self.mem_b * per_chunk
+        if block.kind == "B":
+            return -(self.mem_b - self.mem_w) * per_chunk
+        return -self.mem_w * per_chunk
+
+    def virtual(self, stage: int, chunk: int) -> int:
+        """The virtual stage of a chunk on a stage."""
+        return chunk * self.stages + stage
+
+    def place(self, virtual: int) -> tuple[int, int]:
+        """(stage, chunk) of a virtual stage."""
+        return virtual % self.stages, virtual // self.stages
+
+    def link_cost(self, boundary: int) -> tuple[float, float]:
+        """(occupancy, latency) of a message over a boundary."""
+        if boundary in self.cross_links:
+            return self.bandwidth_time, self.latency
+        return 0.0, 0.0
+
+    def work(self) -> float:
+        """Compute time of one stage over the iteration: m (T_F + T_B + T_W)."""
+        return self.microbatches * (self.t_f + self.t_b + self.t_w)
+
+    def blocks(self, stage: int) -> list[Block]:
+        """Every block a stage runs, in no particular order."""
+        del stage  # every stage runs the same blocks
+        return [Block(k, j, c) for c in range(self.chunks) for j in range(self.microbatches)
+                for k in KINDS]
+
+
+def dependency(model: PipelineModel, stage: int, block: Block) -> tuple[int, Block, int] | None:
+    """The block of the neighbouring virtual stage this one waits for, as (its stage, the block,
+    the boundary the message crosses: -1 when both are on this stage), or None: W waits only for
+    its own B, the first virtual stage's F for nothing, the last one's B for its own F."""
+    if block.kind == "W":
+        return None
+    v = model.virtual(stage, block.chunk)
+    if block.kind == "F":
+        if v == 0:
+            return None
+        s, c = model.place(v - 1)
+        return s, Block("F", block.mb, c), (s if s != stage else -1)
+    if v == model.stages * model.chunks - 1:
+        return None
+    s, c = model.place(v + 1)
+    return s, Block("B", block.mb, c), (stage if s != stage else -1)
+
+
+def local_dependency(block: Block) -> Block | None:
+    """The block on the same stage this one needs first (B needs its F, W its B)."""
+    if block.kind == "B":
+        return Block("F", block.mb, block.chunk)
+    if block.kind == "W":
+        return Block("B", block.mb, block.chunk)
+    return None

@@ -1,0 +1,202 @@
+"""``arnold pipeline``: which pipeline schedule to run when some stage boundaries are slow."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+from site_config import load_config
+from slurm_arnold.errors import ArnoldError
+
+log = logging.getLogger("arnold.pipeline")
+NAMES = ("1f1b", "i1f1b", "zbh1", "zbh2", "greedy", "optimal")
+SOLVER_SIZE = (4, 8)  # the largest stages and micro-batches `all` hands to the solver
+
+
+@click.command("pipeline")
+@click.option("--stages", type=click.IntRange(min=1), help="Pipeline stages P.")
+@click.option("--microbatches", type=click.IntRange(min=1), required=True,
+              help="Micro-batches per iteration M.")
+@click.option("--tf", type=float, default=1.0, show_default=True,
+              help="Forward time of one micro-batch on one stage (the time unit).")
+@click.option("--tb", type=float, default=1.0, show_default=True,
+              help="Input-gradient (B) time, same unit.")
+@click.option("--tw", type=float, default=1.0, show_default=True,
+              help="Weight-gradient (W) time, same unit.")
+@click.option("--chunks", type=click.IntRange(min=2), default=2, show_default=True,
+              help="Model chunks per stage for i1f1b.")
+@click.option("--mem-b", type=float, default=1.0, show_default=True,
+              help="Activations one F leaves for B (the memory unit).")
+@click.option("--mem-w", type=float, default=0.5, show_default=True,
+              help="Of those, what W still needs after B.")
+@click.option("--mem-limit", type=float,
+              help="Activation memory per stage. Default: each static schedule its own peak; "
+                   "greedy and optimal 1F1B's (P x --mem-b).")
+@click.option("--latency", type=float, default=0.0, show_default=True,
+              help="Latency of a message on a cross link.")
+@click.option("--bandwidth-time", type=float, default=0.0, show_default=True,
+              help="Time a message occupies a cross link (size / bandwidth).")
+@click.option("--cross-links", "cross_text",
+              help="Boundaries i (stage i to i+1, both directions) that pay, e.g. 3 or 1,5.")
+@click.option("--from-job", type=int,
+              help="Take P and the cross-minipod boundaries from this arnold-sbatch job's "
+                   "placement, latency and bandwidth from the site's core tier (times in s).")
+@click.option("--message-bytes", help="With --from-job: bytes per PP message, e.g. 64M.")
+@click.option("--topology", "topology_file", type=click.Path(dir_okay=False, exists=True),
+              help="With --from-job: topology.conf instead of the live cluster's.")
+@click.option("--schedule", "name", type=click.Choice([*NAMES, "all"]), default="all",
+              show_default=True)
+@click.option("--time-limit", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+              help="Seconds the optimal schedule's solver may take.")
+@click.option("--timeline", is_flag=True, help="Also draw each schedule as text (stderr with "
+                                               "--json).")
+@click.option("--gantt", "gantt_path", type=click.Path(dir_okay=False),
+              help="Draw a PNG Gantt chart (with `all`: one per schedule, NAME inserted).")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object (a list with --schedule all).")
+def pipeline(stages: int | None, microbatches: int, tf: float, tb: float, tw: float,
+             chunks: int, mem_b: float, mem_w: float, mem_limit: float | None, latency: float,
+             bandwidth_time: float, cross_text: str | None, from_job: int | None,
+             message_bytes: str | None, topology_file: str | None, name: str,
+             time_limit: float, timeline: bool, gantt_path: str | None, as_json: bool) -> None:
+    """Simulate pipeline schedules (1F1B, interleaved, ZB-H1, ZB-H2, CrossPipe's greedy
+    delay-aware one and the solver's optimum) on links with latency and bandwidth."""
+    from slurm_arnold.pipeline.model import PipelineModel
+
+    cross = _links(cross_text)
+    if from_job is not None:
+        stages, cross, latency, bandwidth_time = _from_job(from_job, message_bytes,
+                                                           topology_file, stages)
+    elif stages is None:
+        raise click.UsageError("give --stages (or --from-job)")
+    model = PipelineModel(stages, microbatches, tf, tb, tw, mem_b=mem_b, mem_w=mem_w,
+                          mem_limit=mem_limit, latency=latency, bandwidth_time=bandwidth_time,
+                          cross_links=cross)
+    names = [n for n in NAMES if n != "optimal" or _solver_size(model)] \
+        if name == "all" else [name]
+    if name == "all" and "optimal" not in names:
+        log.warning("optimal skipped: the solver is for up to %d stages and %d micro-batches; "
+                    "ask for it with --schedule optimal", *SOLVER_SIZE)
+    docs = []
+    for n in names:
+        try:
+            doc, result, used = run(model, n, chunks=chunks, time_limit=time_limit)
+        except ArnoldError as exc:
+            if name != "all":
+                raise
+            log.warning("%s skipped: %s", n, exc)
+            continue
+        docs.append(doc)
+        if timeline:
+            from slurm_arnold.pipeline.render import timeline as draw
+
+            click.echo(f"{n}:\n{draw(used, result)}", err=as_json)
+        if gantt_path:
+            from slurm_arnold.pipeline.render import gantt
+
+            path = Path(gantt_path)
+            if name == "all":
+                path = path.with_name(f"{path.stem}-{n}{path.suffix or '.png'}")
+            gantt(used, result, path, f"{n}: makespan {result.makespan:g}")
+            log.warning("%s: Gantt chart in %s", n, path)
+    if as_json:
+        click.echo(json.dumps(docs[0] if name != "all" else docs))
+        return
+    _print(docs)
+
+
+def run(model: Any, name: str, *, chunks: int = 2,
+        time_limit: float = 60.0) -> tuple[dict[str, Any], Any, Any]:
+    """Generate and simulate one schedule: (its JSON object, the simulation, the model used)."""
+    from slurm_arnold.pipeline.greedy import greedy
+    from slurm_arnold.pipeline.schedules import FUSED, STATIC
+    from slurm_arnold.pipeline.simulate import simulate
+
+    extra: dict[str, Any] = {}
+    used = replace(model, chunks=chunks) if name == "i1f1b" else model
+    limit = model.mem_limit if model.mem_limit is not None else model.stages * model.mem_b
+    if name in STATIC:
+        schedule = STATIC[name](used)
+    elif name == "greedy":
+        schedule = greedy(used, limit)
+    else:
+        from slurm_arnold.pipeline.solver import solve
+
+        solved = solve(used, greedy(used, limit), limit=limit, time_limit=time_limit)
+        schedule = solved.schedule
+        extra = {"dual_bound": round(solved.dual_bound, 6), "gap": round(solved.gap, 6),
+                 "status": solved.status, "solve_seconds": round(solved.seconds, 3),
+                 "warm_start_makespan": round(solved.warm_start, 6)}
+    result = simulate(used, schedule, fused_backward=name in FUSED)
+    doc = {"schedule": name, **result.summary(),
+           "order": [[b.label() for b in stage] for stage in schedule],
+           "mem_limit": model.mem_limit if name in STATIC else limit,
+           "critical_path": [step.as_json() for step in result.critical_path], **extra}
+    if name == "i1f1b":
+        doc["chunks"] = chunks
+    return doc, result, used
+
+
+def _solver_size(model: Any) -> bool:
+    return bool(model.stages <= SOLVER_SIZE[0] and model.microbatches <= SOLVER_SIZE[1])
+
+
+def _links(text: str | None) -> frozenset[int]:
+    if not text:
+        return frozenset()
+    try:
+        return frozenset(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ArnoldError(f"--cross-links {text!r}: give boundary numbers separated by commas, "
+                          "e.g. 3 or 1,5") from None
+
+
+def _from_job(job_id: int, message_bytes: str | None, topology_file: str | None,
+              stages: int | None) -> tuple[int, frozenset[int], float, float]:
+    from slurm_arnold.pipeline.links import links_from_job
+    from slurm_arnold.placement.align import parse_bytes
+    from slurm_arnold.state import StateDB
+    from slurm_arnold.topology import read_topology_file
+
+    if message_bytes is None:
+        raise click.UsageError("--from-job needs --message-bytes (the activations one stage "
+                               "sends per micro-batch, e.g. 64M)")
+    config = load_config()
+    if topology_file:
+        topology = read_topology_file(topology_file, minipod_level=config.minipod_level)
+    else:
+        from slurm_arnold.cluster import live_cluster
+        from slurm_arnold.slurm import Slurm
+
+        topology = live_cluster(Slurm(), minipod_level=config.minipod_level).topology
+    links = links_from_job(StateDB(config.db_path), job_id, topology, config.network,
+                           parse_bytes(message_bytes))
+    if stages is not None and stages != links.stages:
+        raise ArnoldError(f"--stages {stages} but job {job_id} has {links.stages} stages; "
+                          "drop --stages")
+    log.warning("job %d: %d stages, cross-minipod boundaries %s; latency %.3g s, %.3g s per "
+                "message", job_id, links.stages, sorted(links.cross_links) or "none",
+                links.latency_seconds, links.bandwidth_time_seconds)
+    return (links.stages, links.cross_links, links.latency_seconds,
+            links.bandwidth_time_seconds)
+
+
+def _print(docs: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    base = next((d["makespan"] for d in docs if d["schedule"] == "1f1b"), None)
+    table = Table(title="arnold pipeline")
+    for col in ("schedule", "makespan", "bubble rate", "peak memory", "vs 1f1b"):
+        table.add_column(col)
+    for d in docs:
+        table.add_row(d["schedule"], f"{d['makespan']:g}", f"{d['bubble_rate']:.1%}",
+                      f"{max(d['peak_memory']):g}",
+                      f"{d['makespan'] / base - 1:+.1%}" if base else "-")
+    Console(file=sys.stdout, soft_wrap=True).print(table)

@@ -1,0 +1,214 @@
+"""CrossPipe schedules (slurm_arnold/pipeline): closed forms, invariants, the solver's optimum."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_arnold.cli import main
+from slurm_arnold.errors import ArnoldError
+from slurm_arnold.pipeline.greedy import greedy
+from slurm_arnold.pipeline.model import Block, PipelineModel, dependency
+from slurm_arnold.pipeline.schedules import FUSED, STATIC
+from slurm_arnold.pipeline.simulate import Result, Schedule, simulate
+from slurm_arnold.pipeline.solver import solve
+
+TIMES = [(1.0, 1.0, 1.0), (1.0, 2.0, 1.0), (1.0, 3.0, 1.0), (1.0, 1.0, 0.5),
+         (1.5, 2.0, 0.7), (2.0, 3.0, 1.0), (1.0, 1.0, 0.25)]
+SIZES = [(2, 4), (3, 9), (4, 8), (4, 12), (8, 32)]
+
+
+def _bubble(model: PipelineModel, name: str) -> float:
+    used = replace(model, chunks=2) if name == "i1f1b" else model
+    result = simulate(used, STATIC[name](used), fused_backward=name in FUSED)
+    return result.makespan - model.work()
+
+
+@pytest.mark.parametrize("tf,tb,tw", TIMES)
+@pytest.mark.parametrize("p,m", SIZES)
+def test_closed_forms_without_communication(tf: float, tb: float, tw: float, p: int,
+                                            m: int) -> None:
+    model = PipelineModel(p, m, tf, tb, tw)
+    assert _bubble(model, "1f1b") == pytest.approx((p - 1) * (tf + tb + tw))
+    assert _bubble(model, "i1f1b") == pytest.approx((p - 1) / 2 * (tf + tb + tw))
+    if tb >= tw:  # ZB-H1 cannot hide more than the last stage's wait for its first F
+        assert _bubble(model, "zbh1") == pytest.approx((p - 1) * (tf + tb - tw))
+    if m >= 2 * p - 1:
+        # ZB-H2's (p - 1)(T_F + T_B - 2 T_W), but never less than the (p - 1) T_F the last
+        # stage waits for its first input in one iteration (docs/pipeline.md).
+        assert _bubble(model, "zbh2") == pytest.approx(
+            max((p - 1) * (tf + tb - 2 * tw), (p - 1) * tf))
+
+
+def test_natural_peaks() -> None:
+    model = PipelineModel(4, 8)
+    peaks = {n: simulate(model, STATIC[n](model)).peak_memory for n in ("1f1b", "zbh1", "zbh2")}
+    assert peaks["1f1b"] == [4, 3, 2, 1]
+    assert max(peaks["zbh1"]) == 4
+    assert peaks["zbh2"][0] == 7  # 2p - 1
+
+
+def _independent_check(model: PipelineModel, schedule: Schedule, result: Result,
+                       fused: bool) -> None:
+    """Dependencies, links and stage exclusivity checked from the times alone."""
+    for s, order in enumerate(schedule):
+        spans = sorted(result.times[(s, b)] for b in order)
+        for (_, end), (start, _) in itertools.pairwise(spans):
+            assert start >= end - 1e-9, f"stage {s} runs two blocks at once"
+        for b in order:
+            start = result.times[(s, b)][0]
+            if b.kind != "F":
+                need = Block("F" if b.kind == "B" else "B", b.mb, b.chunk)
+                assert start >= result.times[(s, need)][1] - 1e-9
+            dep = dependency(model, s, b)
+            if dep is None:
+                continue
+            src, blk, boundary = dep
+            sent = result.times[(src, blk)][1]
+            if fused and blk.kind == "B":
+                sent = max(sent, result.times[(src, Block("W", blk.mb, blk.chunk))][1])
+            occupancy, latency = model.link_cost(boundary) if boundary >= 0 else (0.0, 0.0)
+            assert start >= sent + occupancy + latency - 1e-9, (s, b.label())
+
+
+@pytest.mark.parametrize("name", ["1f1b", "i1f1b", "zbh1", "zbh2", "greedy"])
+@pytest.mark.parametrize("delays", [(0.0, 0.0), (2.0, 0.25), (2.0, 2.0)])
+def test_every_schedule_respects_inputs_links_and_memory(name: str,
+                                                         delays: tuple[float, float]) -> None:
+    model = PipelineModel(4, 8, 1.0, 1.5, 0.5, latency=delays[0], bandwidth_time=delays[1],
+                          cross_links=frozenset({1}))
+    used = replace(model, chunks=2) if name == "i1f1b" else model
+    schedule = greedy(used, 5.0) if name == "greedy" else STATIC[name](used)
+    result = simulate(used, schedule, fused_backward=name in FUSED)
+    _independent_check(used, schedule, result, name in FUSED)
+    if name == "greedy":
+        assert max(result.peak_memory) <= 5.0 + 1e-9
+    assert result.makespan >= model.work() + 3 * 1.0 - 1e-9  # the last stage's first input
+
+
+def test_bad_schedules_are_refused() -> None:
+    model = PipelineModel(2, 2)
+    good = STATIC["1f1b"](model)
+    with pytest.raises(ArnoldError, match="runs B0 before F0"):
+        simulate(model, [[Block("B", 0), *[b for b in good[0] if b != Block("B", 0)]],
+                         good[1]])
+    with pytest.raises(ArnoldError, match="exactly once"):
+        simulate(model, [good[0][:-1], good[1]])
+    overtaking = [good[0], [Block("F", 1), Block("F", 0), Block("B", 0), Block("W", 0),
+                            Block("B", 1), Block("W", 1)]]
+    simulate(model, overtaking)  # F1 before F0 on stage 1 is a legal (if odd) order
+    # Stage 0 wants B0 before sending F1; stage 1 wants F1 before running B0.
+    stuck = [[Block("F", 0), Block("B", 0), Block("F", 1), Block("W", 0), Block("B", 1),
+              Block("W", 1)],
+             [Block("F", 0), Block("F", 1), Block("B", 0), Block("W", 0), Block("B", 1),
+              Block("W", 1)]]
+    with pytest.raises(ArnoldError, match="deadlocks"):
+        simulate(model, stuck)
+    swapped = [[Block("F", 0), Block("F", 1), Block("B", 1), Block("B", 0), Block("W", 0),
+                Block("W", 1)], overtaking[1]]
+    with pytest.raises(ArnoldError, match="over --mem-limit"):
+        simulate(replace(model, mem_limit=1.0), swapped)
+
+
+def _orders(m: int) -> list[list[Block]]:
+    """Every order of one stage's blocks with micro-batches in order and B after F, W after B."""
+    out = []
+
+    def walk(acc: list[Block], nf: int, nb: int, nw: int) -> None:
+        if len(acc) == 3 * m:
+            out.append(list(acc))
+            return
+        for kind, n, ok in (("F", nf, nf < m), ("B", nb, nb < nf), ("W", nw, nw < nb)):
+            if ok:
+                acc.append(Block(kind, n))
+                walk(acc, nf + (kind == "F"), nb + (kind == "B"), nw + (kind == "W"))
+                acc.pop()
+
+    walk([], 0, 0, 0)
+    return out
+
+
+@pytest.mark.parametrize("m,limit,delays", [(2, 2.0, (2.0, 0.25)), (2, 1.5, (1.0, 1.0)),
+                                            (3, 2.0, (2.0, 2.0)), (3, 3.0, (0.5, 0.0))])
+def test_the_solver_finds_the_brute_force_optimum(m: int, limit: float,
+                                                  delays: tuple[float, float]) -> None:
+    model = PipelineModel(2, m, 1.0, 2.0, 1.0, mem_limit=limit, latency=delays[0],
+                          bandwidth_time=delays[1], cross_links=frozenset({0}))
+    best = float("inf")
+    for a in _orders(m):
+        for b in _orders(m):
+            try:
+                best = min(best, simulate(model, [a, b]).makespan)
+            except ArnoldError:  # over the memory limit
+                continue
+    solved = solve(model, greedy(model, limit), limit=limit, time_limit=30)
+    assert solved.status == "optimal"
+    assert solved.makespan == pytest.approx(best)
+    assert simulate(model, solved.schedule).makespan == pytest.approx(best)
+
+
+def test_cli_json_keys_and_errors(tmp_path: Path, isolated_config: Path) -> None:
+    runner = CliRunner()
+    base = ["pipeline", "--stages", "4", "--microbatches", "8", "--latency", "2",
+            "--bandwidth-time", "0.25", "--cross-links", "1"]
+    one = runner.invoke(main, [*base, "--schedule", "greedy", "--json"])
+    assert one.exit_code == 0, one.output
+    doc = json.loads(one.output)
+    assert {"schedule", "makespan", "bubble_rate", "peak_memory", "order"} <= set(doc)
+    assert len(doc["order"]) == 4 and len(doc["order"][0]) == 24
+    assert doc["bubble_rate"] == pytest.approx((doc["makespan"] - 24) / doc["makespan"],
+                                               abs=1e-6)
+    gantt = tmp_path / "g.png"
+    every = runner.invoke(main, [*base, "--schedule", "all", "--json", "--gantt", str(gantt)])
+    assert every.exit_code == 0, every.output
+    docs = json.loads(every.stdout)
+    assert [d["schedule"] for d in docs] == ["1f1b", "i1f1b", "zbh1", "zbh2", "greedy",
+                                             "optimal"]
+    by = {d["schedule"]: d for d in docs}
+    assert by["optimal"]["makespan"] <= by["greedy"]["makespan"] < by["1f1b"]["makespan"]
+    assert (tmp_path / "g-greedy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = runner.invoke(main, [*base, "--schedule", "zbh1", "--timeline"])
+    assert text.exit_code == 0 and "stage  3 |" in text.output
+    bad = runner.invoke(main, [*base, "--cross-links", "3"])
+    assert bad.exit_code == 1 and "boundaries are 0..2" in bad.output
+    low = runner.invoke(main, [*base, "--schedule", "1f1b", "--mem-limit", "3"])
+    assert low.exit_code == 1 and "over --mem-limit 3" in low.output
+    usage = runner.invoke(main, ["pipeline", "--microbatches", "8"])
+    assert usage.exit_code == 2 and "--stages" in usage.output
+
+
+def test_from_job_finds_the_cross_minipod_boundaries(tmp_path: Path, isolated_config: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    from slurm_arnold.state import StateDB
+
+    monkeypatch.setenv("ARNOLD_STATE_DIR", str(tmp_path / "state"))
+    topo = tmp_path / "topology.conf"
+    topo.write_text("SwitchName=l0 Nodes=n[1-2]\nSwitchName=l1 Nodes=n[3-4]\n"
+                    "SwitchName=p0 Switches=l0\nSwitchName=p1 Switches=l1\n"
+                    "SwitchName=core Switches=p[0-1]\n")
+    db = StateDB(tmp_path / "state" / "arnold.db")
+    assignment = [{"node": f"n{k + 1}", "pp": k, "dp": 0, "tp": [0, 8]} for k in range(4)]
+    db.record_job({"user": "u", "slurm_job_id": 4242, "status": "submitted",
+                   "spec": json.dumps({"tp": 8, "pp": 4, "dp": 1}),
+                   "placement": json.dumps({"assignment": assignment}), "rankfile": ""})
+    db.close()
+    out = CliRunner().invoke(main, ["pipeline", "--from-job", "4242", "--microbatches", "8",
+                                    "--tf", "0.01", "--tb", "0.01", "--tw", "0.01",
+                                    "--message-bytes", "64M", "--topology", str(topo),
+                                    "--schedule", "1f1b", "--json"])
+    assert out.exit_code == 0, out.output
+    assert "cross-minipod boundaries [1]" in caplog.text
+    doc = json.loads(out.stdout)
+    free = CliRunner().invoke(main, ["pipeline", "--stages", "4", "--microbatches", "8",
+                                     "--tf", "0.01", "--tb", "0.01", "--tw", "0.01",
+                                     "--schedule", "1f1b", "--json"])
+    assert doc["makespan"] > json.loads(free.stdout)["makespan"]
+    missing = CliRunner().invoke(main, ["pipeline", "--from-job", "7", "--microbatches", "8",
+                                        "--message-bytes", "1M", "--topology", str(topo)])
+    assert missing.exit_code == 1 and "not submitted through arnold-sbatch" in missing.output
