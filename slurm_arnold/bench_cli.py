@@ -245,3 +245,33 @@ def bench_plan(quick: bool, reference: str, docs: str, as_json: bool) -> None:
     for sp in speeds:
         click.echo(f"search {sp['model']} on {sp['gpus']} GPUs: {sp['seconds']:.3f} s")
 
+
+
+@bench.command("pipeline")
+@click.option("--quick", is_flag=True, help="A smoke run: small instances (no docs).")
+@click.option("--time-limit", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+              help="Seconds per exact solve.")
+@click.option("--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md",
+              show_default=True, help="Where the full run writes its section.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_pipeline(quick: bool, time_limit: float, docs: str, as_json: bool) -> None:
+    """CrossPipe's targets (delay-aware vs 1F1B and ZB-H1), the greedy against the exact
+    schedule, and the time to generate and simulate at p = 32, m = 256."""
+    from benchmarks.pipeline import greedy_vs_exact, markdown, speed, targets
+    from benchmarks.placement import write_section
+
+    t = targets(quick, time_limit)
+    g = greedy_vs_exact(quick, time_limit)
+    s = speed(quick)
+    if not quick:
+        write_section(Path(docs), "pipeline", markdown(t, g, s, "arnold bench pipeline"))
+    if as_json:
+        click.echo(json.dumps({"targets": t, "greedy_vs_exact": g, "speed": s}))
+        return
+    for r in t:
+        click.echo(f"p {r['p']} m {r['m']} delays ({r['latency']:g}, {r['bandwidth_time']:g}):"
+                   f" cut vs 1f1b {r['cut_vs_1f1b']:.1%}, vs zbh1 {r['cut_vs_zbh1']:.1%}"
+                   f" ({'met' if r['met'] else 'not met'})")
+    click.echo(f"greedy / optimal worst x{max(r['ratio'] for r in g):.3f} over {len(g)}")
+    for r in s:
+        click.echo(f"{r['schedule']} p {r['p']} m {r['m']}: {r['seconds']:.3f} s")

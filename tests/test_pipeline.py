@@ -212,3 +212,13 @@ def test_from_job_finds_the_cross_minipod_boundaries(tmp_path: Path, isolated_co
     missing = CliRunner().invoke(main, ["pipeline", "--from-job", "7", "--microbatches", "8",
                                         "--message-bytes", "1M", "--topology", str(topo)])
     assert missing.exit_code == 1 and "not submitted through arnold-sbatch" in missing.output
+
+
+def test_bench_pipeline_quick(isolated_config: Path) -> None:
+    out = CliRunner().invoke(main, ["bench", "pipeline", "--quick", "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    assert doc["targets"][0]["optimal"] <= doc["targets"][0]["greedy"]
+    assert all(r["status"] == "optimal" and r["ratio"] >= 1 - 1e-9
+               for r in doc["greedy_vs_exact"])
+    assert {r["schedule"] for r in doc["speed"]} == {"1f1b", "i1f1b", "zbh1", "zbh2", "greedy"}
