@@ -38,7 +38,7 @@ def _static(model: PipelineModel, name: str) -> Result:
 
 def _path_text(result: Result) -> str:
     """The critical path, one step per block, messages marked."""
-    parts = []
+    parts: list[str] = []
     for step in result.critical_path:
         paying = "forward" in step.via or "backward" in step.via
         mark = " ~> " if paying else " -> " if step.via.startswith("message") else " > "
