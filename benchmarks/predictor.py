@@ -123,7 +123,7 @@ def accuracy(data_dir: Path) -> dict[str, Any]:
         path = data_dir / name
         if path.exists():
             jobs = [j for j in read_swf(path) if isinstance(j, JobRecord)]
-            out[name] = evaluate(jobs)
+            out[name] = evaluate(jobs, ablation=True)
     return out
 
 
@@ -142,6 +142,11 @@ def accuracy_markdown(result: dict[str, Any], command: str) -> str:
             lines.append(f"| {log} | {r['n_train']} / {r['n_test']} | {method} | "
                          + " | ".join(f"{m[k]:.3f}" for k in ("mae_h", "rmse_h", "mae_log",
                                                                "rmse_log", "coverage")) + " |")
+    lines += ["", "Ablation, same split and features: `model_l2` is the served point model with "
+              "L2 instead of L1 (still boosted from last2), `model_l2_plain` L2 from nothing "
+              "(the issue's reference LightGBM); `model_q_static` keeps the upper model's "
+              "conformal delta from training instead of recalibrating it daily. "
+              + " ".join(_ablation_line(log, r["methods"]) for log, r in result.items())]
     lines += ["", "Against the issue's reference (a straightforward LightGBM, L2 on log run "
               "time): " + "; ".join(
                   f"{log.split('-')[0] if 'KTH' in log else 'Curie'} model mae_log "
@@ -149,6 +154,15 @@ def accuracy_markdown(result: dict[str, Any], command: str) -> str:
                   f"(last2 {r['methods']['last2']['mae_log']:.3f})"
                   for log, r in result.items()) + "."]
     return "\n".join(lines)
+
+
+def _ablation_line(log: str, m: dict[str, Any]) -> str:
+    if "model_l2" not in m:
+        return ""
+    name = "KTH" if "KTH" in log else "Curie"
+    return (f"{name}: mae_log L1 {m['model']['mae_log']:.3f} vs L2 {m['model_l2']['mae_log']:.3f}"
+            f" vs L2 plain {m['model_l2_plain']['mae_log']:.3f}; coverage daily "
+            f"{m['model_q']['coverage']:.3f} vs static {m['model_q_static']['coverage']:.3f}.")
 
 
 def _cpus() -> str:

@@ -8,7 +8,16 @@ from typing import Any
 import numpy as np
 
 from predictor.features import Vocabulary, compute, runtime
-from predictor.model import Calibrator, JctModel, conformity_scores, metrics, train
+from predictor.model import (
+    Calibrator,
+    JctModel,
+    conformity_scores,
+    fit_point,
+    log_seconds,
+    metrics,
+    predict_point,
+    train,
+)
 from predictor.swf import JobRecord
 from slurm_arnold.errors import ArnoldError
 
@@ -45,10 +54,14 @@ def daily_deltas(model: JctModel, kept: Sequence[JobRecord], matrix: np.ndarray,
 
 
 def evaluate(jobs: Sequence[JobRecord], quantile: float = 0.9, train_share: float = 0.7,
-             keep_predictions: bool = False) -> dict[str, Any]:
+             keep_predictions: bool = False, ablation: bool = False) -> dict[str, Any]:
     """Train on the first 70% (by submit) of the evaluable jobs, test on the rest.
 
     History features use every job that ended before a job's submit, train or test.
+    ``ablation`` adds what the served model's two choices are worth: ``model_l2`` (L2 instead
+    of L1, still from last2), ``model_l2_plain`` (L2 from nothing: the issue's reference
+    LightGBM) and ``model_q_static`` (the upper model's delta fixed at training time instead
+    of recalibrated daily).
     """
     kept = sorted((j for j in jobs if evaluable(j)), key=lambda j: j.submit)
     excluded = len(jobs) - len(kept)
@@ -75,6 +88,17 @@ def evaluate(jobs: Sequence[JobRecord], quantile: float = 0.9, train_share: floa
                     "model_q": metrics(upper, test_actual)},
         "train_seconds": round(float(model.meta["train_seconds"]), 2),
     }
+    if ablation:
+        y = log_seconds(actual[:cut])
+        fallback = float(model.meta["offset_fallback"])
+        for name, from_last2 in (("model_l2", True), ("model_l2_plain", False)):
+            booster = fit_point(matrix[:cut], y, fallback, objective="regression",
+                                from_last2=from_last2)
+            result["methods"][name] = metrics(
+                predict_point(booster, matrix[cut:], list(test_req), fallback,
+                              from_last2=from_last2), test_actual)
+        static = model.predict(matrix[cut:], list(test_req))[1]
+        result["methods"]["model_q_static"] = metrics(static, test_actual)
     if keep_predictions:
         result["predictions"] = {"actual": test_actual, "requested": test_req,
                                  "last2": base_last2, "model": point, "model_q": upper}

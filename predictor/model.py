@@ -6,7 +6,8 @@ Both predict log seconds; predictions are capped at the requested time.
   log, or the training mean where the user has no history). The issue asked for L2; but the
   figure of merit is the mean absolute error of log runtime, whose minimiser is the median,
   and runtimes are bimodal (jobs that die at once and jobs that run to their limit), so the
-  L2 mean lands between the modes (in development an L2 fit did not beat last2 on KTH).
+  L2 mean lands between the modes (`arnold bench predictor` measures both: its ablation in
+  docs/benchmarks.md, section predictor-accuracy).
 - **Upper**: quantile loss at q, then split-conformal calibration: a model fitted on the first
   85% of the training window predicts its last 15%, and the q-quantile of the conformity scores
   of the most recent ``CALIBRATION_WINDOW`` of them is added, so that the stated coverage holds
@@ -158,9 +159,7 @@ def train(matrix: np.ndarray, runtimes: Sequence[float] | np.ndarray, vocab: Voc
                            categorical_feature=cats, init_score=init, free_raw_data=False)
 
     fallback = float(np.mean(y))
-    offset = _offset(matrix, fallback)
-    point = lgb.train(PARAMS | {"objective": "regression_l1"}, dataset(slice(None), offset),
-                      rounds)
+    point = fit_point(matrix, y, fallback, rounds=rounds)
     upper_params = PARAMS | {"objective": "quantile", "alpha": quantile}
     split = int(len(y) * 0.85)
     early = lgb.train(upper_params, dataset(slice(0, split)), rounds)
@@ -173,6 +172,30 @@ def train(matrix: np.ndarray, runtimes: Sequence[float] | np.ndarray, vocab: Voc
                                "upper_delta": delta, "calibration_start": split,
                                "train_seconds": time.monotonic() - t0}
     return JctModel(point, upper, vocab, info, scores)
+
+
+def fit_point(matrix: np.ndarray, y: np.ndarray, fallback: float, *,
+              objective: str = "regression_l1", from_last2: bool = True,
+              rounds: int = ROUNDS) -> lgb.Booster:
+    """The point model on log runtimes ``y``: ``objective`` (LightGBM's name), boosted from the
+    user's last2 (``from_last2``) or from nothing. The served model is the default; the other
+    variants are what ``arnold bench predictor`` compares it with."""
+    init = _offset(matrix, fallback) if from_last2 else None
+    data = lgb.Dataset(matrix, y, feature_name=list(FEATURES),
+                       categorical_feature=[FEATURES.index(c) for c in CATEGORICAL],
+                       init_score=init, free_raw_data=False)
+    return lgb.train(PARAMS | {"objective": objective}, data, rounds)
+
+
+def predict_point(booster: lgb.Booster, matrix: np.ndarray, req: Sequence[float | None],
+                  fallback: float, *, from_last2: bool = True) -> np.ndarray:
+    """Seconds from a point booster made by ``fit_point``, capped at the requested time."""
+    cap = np.array([r if r and r > 0 else np.inf for r in req], dtype=float)
+    raw = np.asarray(booster.predict(matrix), dtype=float)
+    if from_last2:
+        raw = raw + _offset(matrix, fallback)
+    out: np.ndarray = np.maximum(np.minimum(np.exp(raw), cap), 1.0)
+    return out
 
 
 def save(model: JctModel, directory: Path) -> None:

@@ -114,3 +114,15 @@ def test_calibrator_uses_only_jobs_ended_by_then() -> None:
     assert calib.delta(1e9) == 5.0
     calib.extend(np.array([300.0]), np.array([np.inf]))  # outran its request
     assert calib.delta(1e9) == 5.0
+
+
+def test_the_ablation_prices_the_other_choices() -> None:
+    from predictor.evaluate import evaluate
+
+    result = evaluate(_jobs(400), ablation=True)
+    methods = result["methods"]
+    assert {"model_l2", "model_l2_plain", "model_q_static"} <= set(methods)
+    # Different fits, so different errors; the static delta is the served model's own.
+    assert methods["model_l2"]["mae_log"] != methods["model"]["mae_log"]
+    assert methods["model_l2_plain"]["mae_log"] != methods["model_l2"]["mae_log"]
+    assert 0.0 <= methods["model_q_static"]["coverage"] <= 1.0
