@@ -200,3 +200,11 @@ def _print(docs: list[dict[str, Any]]) -> None:
                       f"{max(d['peak_memory']):g}",
                       f"{d['makespan'] / base - 1:+.1%}" if base else "-")
     Console(file=sys.stdout, soft_wrap=True).print(table)
+    best = min(docs, key=lambda d: d["makespan"])
+    path = best["critical_path"]
+    slow = [st for st in path if "forward" in st["via"] or "backward" in st["via"]]
+    busy = sum(st["end"] - st["start"] for st in path)
+    click.echo(f"fastest: {best['schedule']} ({best['makespan']:g} with peak memory "
+               f"{max(best['peak_memory']):g}); its critical path runs "
+               f"{len(path)} blocks ({busy:g} of compute) and waits on the slow links "
+               f"{len(slow)} times ({best['makespan'] - busy:g} not computing)")

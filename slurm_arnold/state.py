@@ -169,6 +169,12 @@ class StateDB:
         """The most recent job records, newest first."""
         return list(self.db.table("jobs").rows_where(order_by="id desc", limit=limit))
 
+    def job(self, slurm_job_id: int) -> dict[str, Any] | None:
+        """The latest record of a Slurm job submitted through arnold-sbatch, or None."""
+        rows = self.db.table("jobs").rows_where("slurm_job_id = ?", [slurm_job_id],
+                                                 order_by="id desc", limit=1)
+        return next(iter(rows), None)
+
     def close(self) -> None:
         """Close the connection."""
         self.db.close()

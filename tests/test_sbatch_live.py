@@ -96,6 +96,15 @@ def test_every_task_gets_its_planned_rank(slurm: Slurm, script: Path,
     allocated = {j.job_id: j for j in slurm.jobs()}[job_id].nodes
     assert set(allocated) == set(record["nodes"])
     _check_ranks(script.parent / f"out-{job_id}.txt", record, _minipods(slurm_conf_dir))
+    # The pipeline scheduler reads the same placement (and the live topology).
+    sched = subprocess.run([str(BIN / "arnold"), "pipeline", "--from-job", str(job_id),
+                            "--microbatches", "8", "--tf", "0.01", "--tb", "0.01", "--tw",
+                            "0.01", "--message-bytes", "64M", "--schedule", "1f1b", "--json"],
+                           capture_output=True, text=True, timeout=60)
+    assert sched.returncode == 0, sched.stderr
+    assert len(json.loads(sched.stdout)["order"]) == record["pp"]
+    crossing = record["metrics"]["max_pp_spread"] > 1
+    assert ("cross-minipod boundaries none" in sched.stderr) != crossing, sched.stderr
 
 
 def test_placement_slurm_runs_and_is_recorded(slurm: Slurm, script: Path,

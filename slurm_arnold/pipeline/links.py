@@ -31,13 +31,12 @@ def links_from_job(db: StateDB, job_id: int, topology: Topology, network: Networ
                    message_bytes: float) -> JobLinks:
     """The cross links of Slurm job ``job_id`` (submitted through arnold-sbatch) and the time a
     message of ``message_bytes`` pays on them."""
-    rows = list(db.db.table("jobs").rows_where("slurm_job_id = ?", [job_id],
-                                               order_by="id desc", limit=1))
-    if not rows:
+    record = db.job(job_id)
+    if record is None:
         raise ArnoldError(f"job {job_id} was not submitted through arnold-sbatch (not in "
                           f"{db.path}); give --cross-links instead")
-    spec = json.loads(rows[0]["spec"] or "{}")
-    placement = json.loads(rows[0]["placement"] or "{}")
+    spec = json.loads(record["spec"] or "{}")
+    placement = json.loads(record["placement"] or "{}")
     assignment = placement.get("assignment") or []
     pp = int(spec.get("pp") or 0)
     if not assignment or pp < 1:
