@@ -16,11 +16,9 @@ Memory never exceeds the limit: an F that would is not a candidate.
 
 from __future__ import annotations
 
-import math
-
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.pipeline.model import Block, PipelineModel, dependency
-from slurm_arnold.pipeline.simulate import Schedule
+from slurm_arnold.pipeline.simulate import Schedule, send
 
 EPS = 1e-9
 
@@ -139,23 +137,10 @@ def _ready(model: PipelineModel, s: int, block: Block,
 def _deliver(model: PipelineModel, stage: int, block: Block, end: float,
              arrival: dict[tuple[int, Block], float],
              link_free: dict[tuple[int, str], float]) -> int | None:
-    """Send what a block produces, on the same link model as the simulator's (FIFO per link
-    and direction); returns the stage it goes to."""
-    if block.kind == "W":
+    """Send what a block produces (the simulator's link model); returns the stage it reaches."""
+    message = send(model, stage, block, end, link_free)
+    if message is None:
         return None
-    v = model.virtual(stage, block.chunk)
-    target = v + 1 if block.kind == "F" else v - 1
-    if not 0 <= target < model.stages * model.chunks:
-        return None
-    s2, c2 = model.place(target)
-    key = (s2, Block(block.kind, block.mb, c2))
-    if s2 == stage:
-        arrival[key] = end
-        return s2
-    boundary = stage if block.kind == "F" else s2
-    occupancy, latency = model.link_cost(boundary)
-    lane = (boundary, block.kind)
-    leave = max(end, link_free.get(lane, -math.inf))
-    link_free[lane] = leave + occupancy
-    arrival[key] = leave + occupancy + latency
+    s2, waiting, at, _ = message
+    arrival[(s2, waiting)] = at
     return s2

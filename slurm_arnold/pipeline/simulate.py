@@ -146,20 +146,22 @@ def simulate(model: PipelineModel, schedule: Schedule, *, fused_backward: bool =
     return Result(makespan, bubble, peaks, times, _critical_path(times, why))
 
 
-def _send(model: PipelineModel, stage: int, block: Block, end: float,
-          arrival: dict[tuple[int, Block], tuple[float, str]],
-          link_free: dict[tuple[int, str], float]) -> None:
-    """Queue the message a finished F or B sends to the next (previous) virtual stage."""
+def send(model: PipelineModel, stage: int, block: Block, end: float,
+         link_free: dict[tuple[int, str], float]) -> tuple[int, Block, float, str] | None:
+    """The message a finished F or B sends to the next (previous) virtual stage, queued on its
+    link: (stage it reaches, block that waits for it, arrival time, how it travelled), or None
+    (W, and the pipeline's ends, send nothing). ``link_free`` is updated: when each link and
+    direction is free again."""
     if block.kind == "W":
-        return
+        return None
     v = model.virtual(stage, block.chunk)
     target = v + 1 if block.kind == "F" else v - 1
     if not 0 <= target < model.stages * model.chunks:
-        return
+        return None
     s2, c2 = model.place(target)
+    waiting = Block(block.kind, block.mb, c2)
     if s2 == stage:
-        arrival[(s2, Block(block.kind, block.mb, c2))] = (end, "same stage")
-        return
+        return s2, waiting, end, "same stage"
     boundary = stage if block.kind == "F" else s2
     direction = "forward" if block.kind == "F" else "backward"
     occupancy, latency = model.link_cost(boundary)
@@ -168,7 +170,16 @@ def _send(model: PipelineModel, stage: int, block: Block, end: float,
     how = (f"message over link {boundary} {direction}"
            + (f" (queued {leave - end:g})" if leave > end + 1e-12 else "")
            if occupancy or latency else f"message over link {boundary}")
-    arrival[(s2, Block(block.kind, block.mb, c2))] = (leave + occupancy + latency, how)
+    return s2, waiting, leave + occupancy + latency, how
+
+
+def _send(model: PipelineModel, stage: int, block: Block, end: float,
+          arrival: dict[tuple[int, Block], tuple[float, str]],
+          link_free: dict[tuple[int, str], float]) -> None:
+    message = send(model, stage, block, end, link_free)
+    if message is not None:
+        s2, waiting, at, how = message
+        arrival[(s2, waiting)] = (at, how)
 
 
 def _critical_path(times: dict[tuple[int, Block], tuple[float, float]],
