@@ -10,14 +10,20 @@ stage's block by phase:
 - **W** when memory blocks F and no B is there, or when nothing else has arrived yet: the
   stage fills the wait for a delayed message with weight gradients instead of idling.
 
+One choice the rule leaves open matters on some instances: in the steady state, alternate F
+and B, or take B whenever one is there (which frees memory and the upstream stage sooner). The
+generator builds both, one pass each, and keeps the faster.
+
 F, B and W of micro-batches run in increasing micro-batch order on each stage (and chunk).
 Memory never exceeds the limit: an F that would is not a candidate.
 """
 
 from __future__ import annotations
 
+import heapq
+
 from slurm_arnold.errors import ArnoldError
-from slurm_arnold.pipeline.model import Block, PipelineModel, dependency
+from slurm_arnold.pipeline.model import Block, PipelineModel
 from slurm_arnold.pipeline.simulate import Schedule, send
 
 EPS = 1e-9
@@ -31,11 +37,14 @@ def greedy(model: PipelineModel, mem_limit: float | None = None) -> Schedule:
     if limit + EPS < model.mem_b / model.chunks:
         raise ArnoldError(f"--mem-limit {limit:g} is below one forward's activations "
                           f"({model.mem_b / model.chunks:g}); nothing can run")
-    return greedy_once(model, limit)[1]
+    runs = [greedy_once(model, limit, b_first) for b_first in (False, True)]
+    return min(runs, key=lambda run: run[0])[1]
 
 
-def greedy_once(model: PipelineModel, limit: float) -> tuple[float, Schedule]:
-    """One pass of the greedy: (makespan, schedule)."""
+def greedy_once(model: PipelineModel, limit: float,
+                b_first: bool = False) -> tuple[float, Schedule]:
+    """One pass of the greedy: (makespan, schedule). ``b_first``: in the steady state, B
+    whenever one is there instead of alternating."""
     p, m, v = model.stages, model.microbatches, model.chunks
     total = 3 * m * v
     order: Schedule = [[] for _ in range(p)]
@@ -50,22 +59,27 @@ def greedy_once(model: PipelineModel, limit: float) -> tuple[float, Schedule]:
     link_free: dict[tuple[int, str], float] = {}
     done = 0
 
-    def pick(s: int) -> tuple[float, Block] | None:
-        return _choose(model, s, free[s], memory[s], limit, next_f[s], next_b[s],
-                       pending_w[s], last_kind[s], seen_b[s], arrival)
+    # A stage's choice changes only when it runs a block or a message reaches it: a heap of
+    # the stages' choices, (start rounded, stage) first, stale entries skipped by version.
+    version = [0] * p
+    heap: list[tuple[float, int, int, float, Block]] = []
 
-    # A stage's choice changes only when it runs a block or a message reaches it.
-    picks = [pick(s) for s in range(p)]
+    def pick(s: int) -> None:
+        version[s] += 1
+        choice = _choose(model, s, free[s], memory[s], limit, next_f[s], next_b[s],
+                         pending_w[s], last_kind[s], seen_b[s], arrival, b_first)
+        if choice is not None:
+            heapq.heappush(heap, (round(choice[0], 9), s, version[s], choice[0], choice[1]))
+
+    for s in range(p):
+        pick(s)
     while done < p * total:
-        best: tuple[float, int, Block] | None = None
-        for s in range(p):
-            choice = picks[s]
-            if choice is not None and (best is None or choice[0] < best[0] - EPS):
-                best = (choice[0], s, choice[1])
-        if best is None:
+        while heap and heap[0][2] != version[heap[0][1]]:
+            heapq.heappop(heap)
+        if not heap:
             raise ArnoldError(f"the greedy schedule is stuck under --mem-limit {limit:g}; "
                               "raise the limit")
-        start, s, block = best
+        _, s, _, start, block = heapq.heappop(heap)
         end = start + model.duration(block)
         order[s].append(block)
         free[s] = end
@@ -78,18 +92,18 @@ def greedy_once(model: PipelineModel, limit: float) -> tuple[float, Schedule]:
             seen_b[s] = True
             pending_w[s].append(Block("W", block.mb, block.chunk))
         else:
-            pending_w[s].remove(block)
+            pending_w[s].pop(0)  # the oldest, the one _choose offers
         reached = _deliver(model, s, block, end, arrival, link_free)
         done += 1
-        picks[s] = pick(s)
+        pick(s)
         if reached is not None and reached != s:
-            picks[reached] = pick(reached)
+            pick(reached)
     return max(free), order
 
 
 def _choose(model: PipelineModel, s: int, free: float, memory: float, limit: float,
             next_f: list[int], next_b: list[int], pending_w: list[Block], last_kind: str,
-            seen_b: bool, arrival: dict[tuple[int, Block], float]
+            seen_b: bool, arrival: dict[tuple[int, Block], float], b_first: bool = False
             ) -> tuple[float, Block] | None:
     """The block stage ``s`` would run next and when it could start, or None (nothing can)."""
     m = model.microbatches
@@ -112,7 +126,7 @@ def _choose(model: PipelineModel, s: int, free: float, memory: float, limit: flo
     now_f = first_f if first_f is not None and first_f[0] <= free + EPS else None
     now_b = first_b if first_b is not None and first_b[0] <= free + EPS else None
     all_f_done = all(n >= m for n in next_f)
-    if now_b is not None and (all_f_done or last_kind == "F" or now_f is None):
+    if now_b is not None and (b_first or all_f_done or last_kind == "F" or now_f is None):
         return now_b
     if now_f is not None and (not seen_b or last_kind != "F" or now_b is None):
         return now_f
@@ -128,9 +142,10 @@ def _choose(model: PipelineModel, s: int, free: float, memory: float, limit: flo
 def _ready(model: PipelineModel, s: int, block: Block,
            arrival: dict[tuple[int, Block], float]) -> float | None:
     """When a block's input is there (0 if it needs none), None if not yet sent."""
-    dep = dependency(model, s, block)
-    if dep is None:
-        return 0.0
+    v = model.virtual(s, block.chunk)
+    if (block.kind == "F" and v == 0) or (block.kind == "B"
+                                          and v == model.stages * model.chunks - 1):
+        return 0.0  # the pipeline's first forward and last backward wait for no message
     return arrival.get((s, block))
 
 
