@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from typing import Any
 
 import click
 
 from site_config import load_config
 from slurm_arnold.errors import ArnoldError
+
+log = logging.getLogger("arnold.plan")
 
 
 @click.command("plan")
@@ -24,7 +27,8 @@ from slurm_arnold.errors import ArnoldError
               help="a100-80g, h100-80g, h200, or a TOML file.")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--topology", "topology_file", type=click.Path(dir_okay=False, exists=True),
-              help="topology.conf: its leaf size decides which groups cross the core.")
+              help="topology.conf: its leaf size decides which groups cross the core "
+                   "(default: the live cluster's, else 32 nodes).")
 @click.option("--evaluate", is_flag=True, help="Price the layout given by --tp/--pp/... instead "
                                                  "of searching.")
 @click.option("--tp", type=click.IntRange(min=1))
@@ -51,20 +55,16 @@ def plan(model_name: str, gpus: int, global_batch: int, seq: int | None, gpu_nam
     micro-batch that fit (exact over its space: NEST's dynamic program for the cut, priced by the
     cost model in slurm_arnold/plan/cost.py); or, with --evaluate, what a given layout costs."""
     from slurm_arnold.plan.catalog import load_gpu, load_model
-    from slurm_arnold.plan.cost import LEAF_NODES, Layout, estimate
+    from slurm_arnold.plan.cost import Layout, estimate
     from slurm_arnold.plan.search import plan_json, search, why
 
     model = load_model(model_name)
     if seq is not None:
         model = dataclasses.replace(model, seq_len=seq)
     gpu = load_gpu(gpu_name)
-    network = load_config().network
-    leaf_nodes = LEAF_NODES
-    if topology_file:
-        from slurm_arnold.topology import read_topology_file
-
-        topo = read_topology_file(topology_file)
-        leaf_nodes = max(len(topo.nodes_under(leaf)) for leaf in topo.leaves())
+    config = load_config()
+    network = config.network
+    leaf_nodes, leaf_source = _leaf_nodes(topology_file, config.minipod_level)
     if evaluate:
         if tp is None or pp is None:
             raise click.UsageError("--evaluate needs --tp and --pp")
@@ -90,6 +90,8 @@ def plan(model_name: str, gpus: int, global_batch: int, seq: int | None, gpu_nam
         doc = plan_json(model, result.layout, result.estimate,
                         search_seconds=result.search_seconds, alternatives=alternatives)
         doc["evaluated"] = result.evaluated
+    doc["leaf_nodes"] = leaf_nodes
+    doc["leaf_nodes_from"] = leaf_source
     if as_json:
         click.echo(json.dumps(doc))
         return
@@ -110,6 +112,26 @@ def plan(model_name: str, gpus: int, global_batch: int, seq: int | None, gpu_nam
         click.echo(f"  vs TP {alt['tp']} PP {alt['pp']} DP {alt['dp']} mb {alt['micro_batch']}"
                    f" ZeRO-{alt['zero']} {alt['recompute']} v{alt['interleave']}: "
                    f"{alt['step_seconds']} s ({alt['slower_by']})")
+
+
+def _leaf_nodes(topology_file: str | None, minipod_level: int) -> tuple[int, str]:
+    """Nodes under one leaf switch, and where that came from: the file given, else the live
+    cluster's topology, else the planner's default (no Slurm here: the planner needs none)."""
+    from slurm_arnold.plan.cost import LEAF_NODES
+    from slurm_arnold.topology import read_topology_file
+
+    if topology_file:
+        topo = read_topology_file(topology_file)
+        return max(len(topo.nodes_under(leaf)) for leaf in topo.leaves()), "topology file"
+    try:
+        from slurm_arnold.cluster import live_cluster
+        from slurm_arnold.slurm import Slurm
+
+        topo = live_cluster(Slurm(), minipod_level=minipod_level).topology
+        return max(len(topo.nodes_under(leaf)) for leaf in topo.leaves()), "live cluster"
+    except ArnoldError as exc:
+        log.info("no live topology (%s); %d nodes per leaf assumed", exc, LEAF_NODES)
+        return LEAF_NODES, "default"
 
 
 def _stages(text: str | None) -> tuple[int, ...]:

@@ -129,6 +129,10 @@ def test_plan_cli_keys(isolated_config: Path) -> None:
     assert found.exit_code == 0, found.output
     doc = json.loads(found.output)
     assert keys <= set(doc) and doc["alternatives"]
+    # Without --topology: the live cluster's leaves when Slurm answers (make test), else 32.
+    assert (doc["leaf_nodes_from"], doc["leaf_nodes"] == 32) in {("live cluster", False),
+                                                                 ("live cluster", True),
+                                                                 ("default", True)}
     assert doc["tp"] * doc["pp"] * doc["dp"] == 128 and len(doc["stages"]) == doc["pp"]
     priced = CliRunner().invoke(main, ["plan", "--evaluate", "--model", "gpt-7.5b", "--gpus",
                                        "128", "--global-batch", "512", "--tp", "4", "--pp",
@@ -214,6 +218,18 @@ def test_pruning_keeps_the_exact_winner() -> None:
         assert full.pruned == 0 and pruned.pruned > 0
         assert pruned.estimate.step_seconds == full.estimate.step_seconds
         assert pruned.layout == full.layout
+
+
+def test_plan_reads_the_leaf_size_from_a_topology_file(tmp_path: Path,
+                                                       isolated_config: Path) -> None:
+    topo = tmp_path / "topology.conf"
+    topo.write_text("SwitchName=l0 Nodes=n[1-2]\nSwitchName=l1 Nodes=n[3-4]\n"
+                    "SwitchName=core Switches=l[0-1]\n")
+    out = CliRunner().invoke(main, ["plan", "--model", "gpt-7.5b", "--gpus", "32",
+                                    "--global-batch", "64", "--topology", str(topo), "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    assert (doc["leaf_nodes"], doc["leaf_nodes_from"]) == (2, "topology file")
 
 
 def test_evaluate_takes_a_cut(isolated_config: Path) -> None:
