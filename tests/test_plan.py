@@ -204,9 +204,9 @@ def test_the_output_layer_takes_layers_off_the_last_stage() -> None:
 
 def test_the_rank_order_decides_which_boundaries_cross_nodes() -> None:
     # 8 GPUs per node, 4 nodes per leaf (32 GPUs); TP 4, PP 4, DP 2.
-    dp_level, _, bounds = group_levels("tp-dp-pp", 4, 1, 4, 2, 8, 4)
+    dp_level, bounds = group_levels("tp-dp-pp", 4, 1, 4, 2, 8, 4)
     assert dp_level == 0 and bounds == (1, 1, 1)  # a stage per node: every boundary leaves it
-    dp_level, _, bounds = group_levels("tp-pp-dp", 4, 1, 4, 2, 8, 4)
+    dp_level, bounds = group_levels("tp-pp-dp", 4, 1, 4, 2, 8, 4)
     assert dp_level == 1 and bounds == (0, 1, 0)  # two stages per node: one boundary in three
 
 

@@ -187,10 +187,9 @@ def _tier(network: NetworkTiers, level: int) -> tuple[float, float]:
 
 @lru_cache(maxsize=65536)
 def group_levels(order: str, tp: int, cp: int, pp: int, dp: int, gpus_per_node: int,
-                 leaf_nodes: int) -> tuple[int, int, tuple[int, ...]]:
+                 leaf_nodes: int) -> tuple[int, tuple[int, ...]]:
     """Where the groups of a layout land when its ranks fill the machine in ``order``:
-    (level of the DP group, level of a group of consecutive DP ranks of the same size as an EP
-    group is taken to be: the DP group's level, and the level of each PP boundary).
+    (level of the slowest DP group, level of each PP boundary).
 
     ``tp-dp-pp`` (Megatron's order): a stage's ``tp*cp*dp`` GPUs are consecutive, so DP groups
     are compact and each stage boundary spans two neighbouring blocks. ``tp-pp-dp``: a
@@ -210,7 +209,7 @@ def group_levels(order: str, tp: int, cp: int, pp: int, dp: int, gpus_per_node: 
         replicas = range(min(dp, period))
         bounds = tuple(max(span_level(r * pipe + k * t, 2 * t, gpus_per_node, leaf_nodes)
                            for r in replicas) for k in range(pp - 1))
-    return dp_level, dp_level, bounds
+    return dp_level, bounds
 
 
 @dataclass(frozen=True)
@@ -313,8 +312,8 @@ def stage_model(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: L
     logits_flops = 6.0 * b * s * h * model.vocab  # forward and backward of the output layer
     layer_flops = (model_flops(model, b, layout.recompute) - logits_flops) / model.layers
     layer_compute = layer_flops / (tp * cp) / speed
-    levels = group_levels(layout.order, tp, cp, p, layout.dp, gpus_per_node, leaf_nodes)
-    dp_level, _, bounds = levels
+    dp_level, bounds = group_levels(layout.order, tp, cp, p, layout.dp, gpus_per_node,
+                                    leaf_nodes)
     passes = 3 if layout.recompute == "full" else 2  # forward, backward, recomputed forward
     # TP: per layer, 2 all-reduces in each pass of b s h values (with sequence parallelism
     # the same bytes as all-gather + reduce-scatter), on NVLink while TP fits in a node.
