@@ -44,6 +44,9 @@ SOLVER_SIZE = (4, 8)  # the largest stages and micro-batches `all` hands to the 
               help="Time a message occupies a cross link (size / bandwidth).")
 @click.option("--cross-links", "cross_text",
               help="Boundaries i (stage i to i+1, both directions) that pay, e.g. 3 or 1,5.")
+@click.option("--sub-blocks", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Cut each block into this many parts the greedy may interleave "
+                   "(CrossPipe's sub-blocks; other schedules run whole blocks).")
 @click.option("--from-job", type=int,
               help="Take P and the cross-minipod boundaries from this arnold-sbatch job's "
                    "placement, latency and bandwidth from the site's core tier (times in s).")
@@ -62,7 +65,8 @@ SOLVER_SIZE = (4, 8)  # the largest stages and micro-batches `all` hands to the 
               help="One JSON object (a list with --schedule all).")
 def pipeline(stages: int | None, microbatches: int, tf: float, tb: float, tw: float,
              chunks: int, mem_b: float, mem_w: float, mem_limit: float | None, latency: float,
-             bandwidth_time: float, cross_text: str | None, from_job: int | None,
+             bandwidth_time: float, cross_text: str | None, sub_blocks: int,
+             from_job: int | None,
              message_bytes: str | None, topology_file: str | None, name: str,
              time_limit: float, timeline: bool, gantt_path: str | None, as_json: bool) -> None:
     """Simulate pipeline schedules (1F1B, interleaved, ZB-H1, ZB-H2, CrossPipe's greedy
@@ -77,7 +81,7 @@ def pipeline(stages: int | None, microbatches: int, tf: float, tb: float, tw: fl
         raise click.UsageError("give --stages (or --from-job)")
     model = PipelineModel(stages, microbatches, tf, tb, tw, mem_b=mem_b, mem_w=mem_w,
                           mem_limit=mem_limit, latency=latency, bandwidth_time=bandwidth_time,
-                          cross_links=cross)
+                          cross_links=cross, sub_blocks=sub_blocks)
     names = [n for n in NAMES if n != "optimal" or _solver_size(model)] \
         if name == "all" else [name]
     if name == "all" and "optimal" not in names:
@@ -119,7 +123,9 @@ def run(model: Any, name: str, *, chunks: int = 2,
     from slurm_arnold.pipeline.simulate import simulate
 
     extra: dict[str, Any] = {}
-    used = replace(model, chunks=chunks) if name == "i1f1b" else model
+    used = model if name == "greedy" else replace(model, sub_blocks=1)
+    if name == "i1f1b":
+        used = replace(used, chunks=chunks)
     limit = model.mem_limit if model.mem_limit is not None else model.stages * model.mem_b
     if name in STATIC:
         schedule = STATIC[name](used)
@@ -140,6 +146,8 @@ def run(model: Any, name: str, *, chunks: int = 2,
            "critical_path": [step.as_json() for step in result.critical_path], **extra}
     if name == "i1f1b":
         doc["chunks"] = chunks
+    if used.sub_blocks > 1:
+        doc["sub_blocks"] = used.sub_blocks
     return doc, result, used
 
 

@@ -60,10 +60,13 @@ def _independent_check(model: PipelineModel, schedule: Schedule, result: Result,
         spans = sorted(result.times[(s, b)] for b in order)
         for (_, end), (start, _) in itertools.pairwise(spans):
             assert start >= end - 1e-9, f"stage {s} runs two blocks at once"
+        last = model.sub_blocks - 1
         for b in order:
             start = result.times[(s, b)][0]
-            if b.kind != "F":
-                need = Block("F" if b.kind == "B" else "B", b.mb, b.chunk)
+            if b.part:
+                assert start >= result.times[(s, b._replace(part=b.part - 1))][1] - 1e-9
+            elif b.kind != "F":
+                need = Block("F" if b.kind == "B" else "B", b.mb, b.chunk, last)
                 assert start >= result.times[(s, need)][1] - 1e-9
             dep = dependency(model, s, b)
             if dep is None:
@@ -76,12 +79,13 @@ def _independent_check(model: PipelineModel, schedule: Schedule, result: Result,
             assert start >= sent + occupancy + latency - 1e-9, (s, b.label())
 
 
-@pytest.mark.parametrize("name", ["1f1b", "i1f1b", "zbh1", "zbh2", "greedy"])
+@pytest.mark.parametrize("name", ["1f1b", "i1f1b", "zbh1", "zbh2", "greedy", "greedy/3"])
 @pytest.mark.parametrize("delays", [(0.0, 0.0), (2.0, 0.25), (2.0, 2.0)])
 def test_every_schedule_respects_inputs_links_and_memory(name: str,
                                                          delays: tuple[float, float]) -> None:
+    name, _, parts = name.partition("/")
     model = PipelineModel(4, 8, 1.0, 1.5, 0.5, latency=delays[0], bandwidth_time=delays[1],
-                          cross_links=frozenset({1}))
+                          cross_links=frozenset({1}), sub_blocks=int(parts or 1))
     used = replace(model, chunks=2) if name == "i1f1b" else model
     schedule = greedy(used, 5.0) if name == "greedy" else STATIC[name](used)
     result = simulate(used, schedule, fused_backward=name in FUSED)
@@ -109,6 +113,8 @@ def test_bad_schedules_are_refused() -> None:
               Block("W", 1)]]
     with pytest.raises(ArnoldError, match="deadlocks"):
         simulate(model, stuck)
+    with pytest.raises(ArnoldError, match="sub-blocks are for the greedy"):
+        STATIC["zbh1"](replace(model, sub_blocks=2))
     swapped = [[Block("F", 0), Block("F", 1), Block("B", 1), Block("B", 0), Block("W", 0),
                 Block("W", 1)], overtaking[1]]
     with pytest.raises(ArnoldError, match="over --mem-limit"):

@@ -45,19 +45,63 @@ def greedy_once(model: PipelineModel, limit: float,
                 b_first: bool = False) -> tuple[float, Schedule]:
     """One pass of the greedy: (makespan, schedule). ``b_first``: in the steady state, B
     whenever one is there instead of alternating."""
-    p, m, v = model.stages, model.microbatches, model.chunks
-    total = 3 * m * v
+    p, m, v, n = model.stages, model.microbatches, model.chunks, model.sub_blocks
+    mn, last_virtual = m * n, p * v - 1
+    duration = {k: model.duration(Block(k, 0)) for k in "FBW"}
+    delta = {k: model.memory_delta(Block(k, 0)) for k in "FBW"}
+    room = limit + EPS - delta["F"]  # an F part fits while memory stays at most this
     order: Schedule = [[] for _ in range(p)]
     free = [0.0] * p
     memory = [0.0] * p
-    next_f = [[0] * v for _ in range(p)]  # per stage and chunk: the next micro-batch to run
+    # Per stage and chunk, F and B parts run so far (micro-batch = count // n, part = % n).
+    next_f = [[0] * v for _ in range(p)]
     next_b = [[0] * v for _ in range(p)]
-    pending_w: list[list[Block]] = [[] for _ in range(p)]
+    pending_w: list[list[Block]] = [[] for _ in range(p)]  # W of finished B's, oldest first
+    w_part = [0] * p  # parts of the oldest pending W run so far
+    f_left = [mn * v] * p  # F parts still to run
     last_kind = [""] * p
     seen_b = [False] * p
     arrival: dict[tuple[int, Block], float] = {}
     link_free: dict[tuple[int, str], float] = {}
-    done = 0
+
+    def ready(s: int, block: Block, first: bool) -> float | None:
+        """When a block's input is there, None if not yet sent."""
+        if block.part or first:
+            return 0.0  # a later part had it with its first; the pipeline's ends need none
+        return arrival.get((s, block))
+
+    def choose(s: int) -> tuple[float, Block] | None:
+        """The block stage ``s`` would run next and when it could start, or None."""
+        at = free[s]
+        first_f: tuple[float, Block] | None = None
+        first_b: tuple[float, Block] | None = None
+        for c in range(v):
+            nf, nb = next_f[s][c], next_b[s][c]
+            if nf < mn and memory[s] <= room:
+                f = Block("F", nf // n, c, nf % n)
+                t = ready(s, f, c * p + s == 0)
+                if t is not None and (first_f is None or (max(at, t), f) < first_f):
+                    first_f = (max(at, t), f)
+            if nb // n < nf // n:  # its F has run to the end
+                b = Block("B", nb // n, c, nb % n)
+                t = ready(s, b, c * p + s == last_virtual)
+                if t is not None and (first_b is None or (max(at, t), b) < first_b):
+                    first_b = (max(at, t), b)
+        now_f = first_f if first_f is not None and first_f[0] <= at + EPS else None
+        now_b = first_b if first_b is not None and first_b[0] <= at + EPS else None
+        if now_b is not None and (b_first or last_kind[s] == "F" or now_f is None
+                                  or f_left[s] == 0):
+            return now_b
+        if now_f is not None and (not seen_b[s] or last_kind[s] != "F" or now_b is None):
+            return now_f
+        if now_b is not None:
+            return now_b
+        if pending_w[s]:  # nothing has arrived: fill the wait with a weight gradient
+            head = pending_w[s][0]
+            return at, Block("W", head.mb, head.chunk, w_part[s])
+        if first_f is None or (first_b is not None and first_b[0] <= first_f[0]):
+            return first_b
+        return first_f
 
     # A stage's choice changes only when it runs a block or a message reaches it: a heap of
     # the stages' choices, (start rounded, stage) first, stale entries skipped by version.
@@ -66,87 +110,43 @@ def greedy_once(model: PipelineModel, limit: float,
 
     def pick(s: int) -> None:
         version[s] += 1
-        choice = _choose(model, s, free[s], memory[s], limit, next_f[s], next_b[s],
-                         pending_w[s], last_kind[s], seen_b[s], arrival, b_first)
+        choice = choose(s)
         if choice is not None:
             heapq.heappush(heap, (round(choice[0], 9), s, version[s], choice[0], choice[1]))
 
     for s in range(p):
         pick(s)
-    while done < p * total:
+    for _ in range(3 * mn * v * p):
         while heap and heap[0][2] != version[heap[0][1]]:
             heapq.heappop(heap)
         if not heap:
             raise ArnoldError(f"the greedy schedule is stuck under --mem-limit {limit:g}; "
                               "raise the limit")
         _, s, _, start, block = heapq.heappop(heap)
-        end = start + model.duration(block)
+        kind = block.kind
+        end = start + duration[kind]
         order[s].append(block)
         free[s] = end
-        memory[s] += model.memory_delta(block)
-        last_kind[s] = block.kind
-        if block.kind == "F":
+        memory[s] += delta[kind]
+        last_kind[s] = kind
+        if kind == "F":
             next_f[s][block.chunk] += 1
-        elif block.kind == "B":
+            f_left[s] -= 1
+        elif kind == "B":
             next_b[s][block.chunk] += 1
             seen_b[s] = True
-            pending_w[s].append(Block("W", block.mb, block.chunk))
-        else:
-            pending_w[s].pop(0)  # the oldest, the one _choose offers
+            if block.part == n - 1:
+                pending_w[s].append(Block("W", block.mb, block.chunk))
+        else:  # the oldest pending W, the one choose offers
+            w_part[s] += 1
+            if w_part[s] == n:
+                pending_w[s].pop(0)
+                w_part[s] = 0
         reached = _deliver(model, s, block, end, arrival, link_free)
-        done += 1
         pick(s)
         if reached is not None and reached != s:
             pick(reached)
     return max(free), order
-
-
-def _choose(model: PipelineModel, s: int, free: float, memory: float, limit: float,
-            next_f: list[int], next_b: list[int], pending_w: list[Block], last_kind: str,
-            seen_b: bool, arrival: dict[tuple[int, Block], float], b_first: bool = False
-            ) -> tuple[float, Block] | None:
-    """The block stage ``s`` would run next and when it could start, or None (nothing can)."""
-    m = model.microbatches
-    fs: list[tuple[float, Block]] = []
-    bs: list[tuple[float, Block]] = []
-    for c in range(model.chunks):
-        if next_f[c] < m:
-            f = Block("F", next_f[c], c)
-            ready = _ready(model, s, f, arrival)
-            if ready is not None and memory + model.memory_delta(f) <= limit + EPS:
-                fs.append((max(free, ready), f))
-        if next_b[c] < next_f[c]:
-            b = Block("B", next_b[c], c)
-            ready = _ready(model, s, b, arrival)
-            if ready is not None:
-                bs.append((max(free, ready), b))
-    w = (free, pending_w[0]) if pending_w else None
-    first_f = min(fs, default=None)
-    first_b = min(bs, default=None)
-    now_f = first_f if first_f is not None and first_f[0] <= free + EPS else None
-    now_b = first_b if first_b is not None and first_b[0] <= free + EPS else None
-    all_f_done = all(n >= m for n in next_f)
-    if now_b is not None and (b_first or all_f_done or last_kind == "F" or now_f is None):
-        return now_b
-    if now_f is not None and (not seen_b or last_kind != "F" or now_b is None):
-        return now_f
-    if now_b is not None:
-        return now_b
-    later = [x for x in (first_f, first_b) if x is not None]
-    soon = min(later, key=lambda x: (x[0], x[1].kind != "B")) if later else None
-    if w is not None:
-        return w  # nothing has arrived: fill the wait with a weight gradient
-    return soon
-
-
-def _ready(model: PipelineModel, s: int, block: Block,
-           arrival: dict[tuple[int, Block], float]) -> float | None:
-    """When a block's input is there (0 if it needs none), None if not yet sent."""
-    v = model.virtual(s, block.chunk)
-    if (block.kind == "F" and v == 0) or (block.kind == "B"
-                                          and v == model.stages * model.chunks - 1):
-        return 0.0  # the pipeline's first forward and last backward wait for no message
-    return arrival.get((s, block))
 
 
 def _deliver(model: PipelineModel, stage: int, block: Block, end: float,

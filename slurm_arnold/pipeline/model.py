@@ -16,6 +16,10 @@ not pay deliver at once.
 
 Memory, in units of one micro-batch's activations of a whole stage: F adds ``mem_b`` (split over
 chunks), B frees what W does not need (``mem_b - mem_w``), W frees the rest (``mem_w``).
+
+Sub-blocks (CrossPipe's refinement, for the greedy): each block is cut into ``sub_blocks``
+equal parts run in order, which other blocks may come between; memory moves part by part and a
+block's message leaves when its last part ends.
 """
 
 from __future__ import annotations
@@ -29,15 +33,17 @@ KINDS = ("F", "B", "W")
 
 
 class Block(NamedTuple):
-    """One compute block: kind (F, B or W), micro-batch, chunk."""
+    """One compute block: kind (F, B or W), micro-batch, chunk, and part (with sub-blocks)."""
 
     kind: str
     mb: int
     chunk: int = 0
+    part: int = 0
 
     def label(self) -> str:
-        """``F3`` or, with chunks, ``F3.1``."""
-        return f"{self.kind}{self.mb}" + (f".{self.chunk}" if self.chunk else "")
+        """``F3``; with chunks ``F3.1``; a later sub-block ``F3:1``."""
+        return (f"{self.kind}{self.mb}" + (f".{self.chunk}" if self.chunk else "")
+                + (f":{self.part}" if self.part else ""))
 
 
 @dataclass(frozen=True)
@@ -56,10 +62,12 @@ class PipelineModel:
     latency: float = 0.0
     bandwidth_time: float = 0.0
     cross_links: frozenset[int] = field(default_factory=frozenset)
+    sub_blocks: int = 1
 
     def __post_init__(self) -> None:
-        if self.stages < 1 or self.microbatches < 1 or self.chunks < 1:
-            raise ArnoldError("--stages, --microbatches and --chunks must be at least 1")
+        if min(self.stages, self.microbatches, self.chunks, self.sub_blocks) < 1:
+            raise ArnoldError("--stages, --microbatches, --chunks and --sub-blocks must be at "
+                              "least 1")
         if min(self.t_f, self.t_b) <= 0 or self.t_w < 0:
             raise ArnoldError("--tf and --tb must be positive and --tw not negative")
         if min(self.latency, self.bandwidth_time) < 0:
@@ -76,13 +84,13 @@ class PipelineModel:
                                  else ")"))
 
     def duration(self, block: Block) -> float:
-        """How long a block runs (a chunk's share of the stage's time)."""
+        """How long a block runs (a chunk's, and a sub-block's, share of the stage's time)."""
         t = {"F": self.t_f, "B": self.t_b, "W": self.t_w}[block.kind]
-        return t / self.chunks
+        return t / (self.chunks * self.sub_blocks)
 
     def memory_delta(self, block: Block) -> float:
         """What a block adds to its stage's memory (negative: frees)."""
-        per_chunk = 1 / self.chunks
+        per_chunk = 1 / (self.chunks * self.sub_blocks)
         if block.kind == "F":
             return self.mem_b * per_chunk
         if block.kind == "B":
@@ -110,32 +118,41 @@ class PipelineModel:
     def blocks(self, stage: int) -> list[Block]:
         """Every block a stage runs, in no particular order."""
         del stage  # every stage runs the same blocks
-        return [Block(k, j, c) for c in range(self.chunks) for j in range(self.microbatches)
-                for k in KINDS]
+        return [Block(k, j, c, q) for c in range(self.chunks) for j in range(self.microbatches)
+                for k in KINDS for q in range(self.sub_blocks)]
+
+    @property
+    def last_part(self) -> int:
+        """The part of a block whose end sends its message."""
+        return self.sub_blocks - 1
 
 
 def dependency(model: PipelineModel, stage: int, block: Block) -> tuple[int, Block, int] | None:
     """The block of the neighbouring virtual stage this one waits for, as (its stage, the block,
     the boundary the message crosses: -1 when both are on this stage), or None: W waits only for
-    its own B, the first virtual stage's F for nothing, the last one's B for its own F."""
-    if block.kind == "W":
+    its own B, the first virtual stage's F for nothing, the last one's B for its own F, and a
+    later sub-block for the one before it. The message leaves at the end of the last part."""
+    if block.kind == "W" or block.part:
         return None
     v = model.virtual(stage, block.chunk)
     if block.kind == "F":
         if v == 0:
             return None
         s, c = model.place(v - 1)
-        return s, Block("F", block.mb, c), (s if s != stage else -1)
+        return s, Block("F", block.mb, c, model.last_part), (s if s != stage else -1)
     if v == model.stages * model.chunks - 1:
         return None
     s, c = model.place(v + 1)
-    return s, Block("B", block.mb, c), (stage if s != stage else -1)
+    return s, Block("B", block.mb, c, model.last_part), (stage if s != stage else -1)
 
 
-def local_dependency(block: Block) -> Block | None:
-    """The block on the same stage this one needs first (B needs its F, W its B)."""
+def local_dependency(model: PipelineModel, block: Block) -> Block | None:
+    """The block on the same stage this one needs first: the sub-block before it; B its F,
+    W its B (their last parts)."""
+    if block.part:
+        return block._replace(part=block.part - 1)
     if block.kind == "B":
-        return Block("F", block.mb, block.chunk)
+        return Block("F", block.mb, block.chunk, model.last_part)
     if block.kind == "W":
-        return Block("B", block.mb, block.chunk)
+        return Block("B", block.mb, block.chunk, model.last_part)
     return None

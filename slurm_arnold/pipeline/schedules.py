@@ -45,6 +45,7 @@ def one_f_one_b(model: PipelineModel) -> Schedule:
 
 def interleaved(model: PipelineModel) -> Schedule:
     """Interleaved 1F1B with ``model.chunks`` chunks per stage (Megatron's order)."""
+    _whole_blocks(model, "i1f1b")
     p, m, v = model.stages, model.microbatches, model.chunks
     if v < 2:
         raise ArnoldError("i1f1b needs --chunks 2 or more (1 chunk is plain 1f1b)")
@@ -121,7 +122,13 @@ def zb_h2(model: PipelineModel) -> Schedule:
     return out
 
 
+def _whole_blocks(model: PipelineModel, name: str) -> None:
+    if model.sub_blocks != 1:
+        raise ArnoldError(f"{name} runs whole blocks; sub-blocks are for the greedy")
+
+
 def _one_chunk(model: PipelineModel, name: str) -> None:
+    _whole_blocks(model, name)
     if model.chunks != 1:
         raise ArnoldError(f"{name} runs one chunk per stage; drop --chunks (or use i1f1b)")
 

@@ -67,7 +67,7 @@ def check(model: PipelineModel, schedule: Schedule) -> list[float]:
         seen: set[Block] = set()
         memory = peak = 0.0
         for block in order:
-            need = local_dependency(block)
+            need = local_dependency(model, block)
             if need is not None and need not in seen:
                 raise ArnoldError(f"stage {s} runs {block.label()} before {need.label()}")
             seen.add(block)
@@ -120,7 +120,7 @@ def simulate(model: PipelineModel, schedule: Schedule, *, fused_backward: bool =
             free[s] = end
             pointer[s] += 1
             if fused_backward and block.kind == "B" and pointer[s] < len(order) \
-                    and order[pointer[s]] == Block("W", block.mb, block.chunk):
+                    and order[pointer[s]] == Block("W", block.mb, block.chunk, block.part):
                 held = block  # sent when its W ends
             else:
                 if fused_backward and block.kind == "W" and held is not None:
@@ -152,7 +152,7 @@ def send(model: PipelineModel, stage: int, block: Block, end: float,
     link: (stage it reaches, block that waits for it, arrival time, how it travelled), or None
     (W, and the pipeline's ends, send nothing). ``link_free`` is updated: when each link and
     direction is free again."""
-    if block.kind == "W":
+    if block.kind == "W" or block.part != model.last_part:
         return None
     v = model.virtual(stage, block.chunk)
     target = v + 1 if block.kind == "F" else v - 1

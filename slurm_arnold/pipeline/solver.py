@@ -67,8 +67,9 @@ def build(model: PipelineModel, limit: float, horizon: float) -> _Mip:
     """The MIP of ``model`` under memory ``limit`` with makespans up to ``horizon``."""
     from pyscipopt import Model, quicksum
 
-    if model.chunks != 1:
-        raise ArnoldError("the optimal schedule is solved for one chunk per stage; drop --chunks")
+    if model.chunks != 1 or model.sub_blocks != 1:
+        raise ArnoldError("the optimal schedule is solved for one chunk per stage and whole "
+                          "blocks; drop --chunks/--sub-blocks")
     p, m = model.stages, model.microbatches
     mip = Model("crosspipe")
     mip.hideOutput()
