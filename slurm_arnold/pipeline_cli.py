@@ -23,12 +23,13 @@ SOLVER_SIZE = (4, 8)  # the largest stages and micro-batches `all` hands to the 
 @click.option("--stages", type=click.IntRange(min=1), help="Pipeline stages P.")
 @click.option("--microbatches", type=click.IntRange(min=1), required=True,
               help="Micro-batches per iteration M.")
-@click.option("--tf", type=float, default=1.0, show_default=True,
-              help="Forward time of one micro-batch on one stage (the time unit).")
-@click.option("--tb", type=float, default=1.0, show_default=True,
-              help="Input-gradient (B) time, same unit.")
-@click.option("--tw", type=float, default=1.0, show_default=True,
-              help="Weight-gradient (W) time, same unit.")
+@click.option("--tf", default="1", show_default=True,
+              help="Forward time of one micro-batch on a stage (the time unit); one value, "
+                   "or one per stage: 1,1,1,1.3.")
+@click.option("--tb", default="1", show_default=True,
+              help="Input-gradient (B) time, same unit and form.")
+@click.option("--tw", default="1", show_default=True,
+              help="Weight-gradient (W) time, same unit and form.")
 @click.option("--chunks", type=click.IntRange(min=2), default=2, show_default=True,
               help="Model chunks per stage for i1f1b.")
 @click.option("--mem-b", type=float, default=1.0, show_default=True,
@@ -63,7 +64,7 @@ SOLVER_SIZE = (4, 8)  # the largest stages and micro-batches `all` hands to the 
               help="Draw a PNG Gantt chart (with `all`: one per schedule, NAME inserted).")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object (a list with --schedule all).")
-def pipeline(stages: int | None, microbatches: int, tf: float, tb: float, tw: float,
+def pipeline(stages: int | None, microbatches: int, tf: str, tb: str, tw: str,
              chunks: int, mem_b: float, mem_w: float, mem_limit: float | None, latency: float,
              bandwidth_time: float, cross_text: str | None, sub_blocks: int,
              from_job: int | None,
@@ -79,7 +80,8 @@ def pipeline(stages: int | None, microbatches: int, tf: float, tb: float, tw: fl
                                                            topology_file, stages)
     elif stages is None:
         raise click.UsageError("give --stages (or --from-job)")
-    model = PipelineModel(stages, microbatches, tf, tb, tw, mem_b=mem_b, mem_w=mem_w,
+    model = PipelineModel(stages, microbatches, _times(tf, "--tf"), _times(tb, "--tb"),
+                          _times(tw, "--tw"), mem_b=mem_b, mem_w=mem_w,
                           mem_limit=mem_limit, latency=latency, bandwidth_time=bandwidth_time,
                           cross_links=cross, sub_blocks=sub_blocks)
     names = [n for n in NAMES if n != "optimal" or _solver_size(model)] \
@@ -153,6 +155,15 @@ def run(model: Any, name: str, *, chunks: int = 2,
 
 def _solver_size(model: Any) -> bool:
     return bool(model.stages <= SOLVER_SIZE[0] and model.microbatches <= SOLVER_SIZE[1])
+
+
+def _times(text: str, option: str) -> float | tuple[float, ...]:
+    try:
+        values = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise ArnoldError(f"{option} {text!r}: give a time, or one per stage separated by "
+                          "commas") from None
+    return values[0] if len(values) == 1 else values
 
 
 def _links(text: str | None) -> frozenset[int]:

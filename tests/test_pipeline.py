@@ -45,6 +45,18 @@ def test_closed_forms_without_communication(tf: float, tb: float, tw: float, p: 
             max((p - 1) * (tf + tb - 2 * tw), (p - 1) * tf))
 
 
+def test_per_stage_times() -> None:
+    model = PipelineModel(4, 8, (1.0, 1.0, 1.0, 1.5), 1.0, 0.5)
+    assert model.times("F") == (1.0, 1.0, 1.0, 1.5) and model.times("W") == (0.5,) * 4
+    result = simulate(model, STATIC["1f1b"](model), fused_backward=True)
+    # The slow last stage is busier: the least bubble; the mean is what bubble_rate says.
+    assert result.bubble_per_stage[3] < result.bubble_per_stage[0]
+    assert result.bubble_rate == pytest.approx(sum(result.bubble_per_stage) / 4)
+    _independent_check(model, STATIC["1f1b"](model), result, True)
+    with pytest.raises(ArnoldError, match="one per stage"):
+        PipelineModel(4, 8, (1.0, 2.0))
+
+
 def test_natural_peaks() -> None:
     model = PipelineModel(4, 8)
     peaks = {n: simulate(model, STATIC[n](model)).peak_memory for n in ("1f1b", "zbh1", "zbh2")}
@@ -139,12 +151,18 @@ def _orders(m: int) -> list[list[Block]]:
     return out
 
 
-@pytest.mark.parametrize("m,limit,delays", [(2, 2.0, (2.0, 0.25)), (2, 1.5, (1.0, 1.0)),
-                                            (3, 2.0, (2.0, 2.0)), (3, 3.0, (0.5, 0.0))])
+@pytest.mark.parametrize("m,limit,delays,slow", [(2, 2.0, (2.0, 0.25), 1.0),
+                                                 (2, 1.5, (1.0, 1.0), 1.0),
+                                                 (3, 2.0, (2.0, 2.0), 1.0),
+                                                 (3, 3.0, (0.5, 0.0), 1.0),
+                                                 (3, 2.0, (1.0, 0.5), 1.7)])
 def test_the_solver_finds_the_brute_force_optimum(m: int, limit: float,
-                                                  delays: tuple[float, float]) -> None:
-    model = PipelineModel(2, m, 1.0, 2.0, 1.0, mem_limit=limit, latency=delays[0],
-                          bandwidth_time=delays[1], cross_links=frozenset({0}))
+                                                  delays: tuple[float, float],
+                                                  slow: float) -> None:
+    # ``slow``: the second stage's forward and backward take that much longer (per-stage times).
+    model = PipelineModel(2, m, (1.0, slow), (2.0, 2.0 * slow), 1.0, mem_limit=limit,
+                          latency=delays[0], bandwidth_time=delays[1],
+                          cross_links=frozenset({0}))
     best = float("inf")
     for a in _orders(m):
         for b in _orders(m):

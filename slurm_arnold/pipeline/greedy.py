@@ -47,7 +47,7 @@ def greedy_once(model: PipelineModel, limit: float,
     whenever one is there instead of alternating."""
     p, m, v, n = model.stages, model.microbatches, model.chunks, model.sub_blocks
     mn, last_virtual = m * n, p * v - 1
-    duration = {k: model.duration(Block(k, 0)) for k in "FBW"}
+    duration = [{k: model.duration(Block(k, 0), s) for k in "FBW"} for s in range(p)]
     delta = {k: model.memory_delta(Block(k, 0)) for k in "FBW"}
     room = limit + EPS - delta["F"]  # an F part fits while memory stays at most this
     order: Schedule = [[] for _ in range(p)]
@@ -124,7 +124,7 @@ def greedy_once(model: PipelineModel, limit: float,
                               "raise the limit")
         _, s, _, start, block = heapq.heappop(heap)
         kind = block.kind
-        end = start + duration[kind]
+        end = start + duration[s][kind]
         order[s].append(block)
         free[s] = end
         memory[s] += delta[kind]

@@ -52,9 +52,9 @@ class PipelineModel:
 
     stages: int
     microbatches: int
-    t_f: float = 1.0
-    t_b: float = 1.0
-    t_w: float = 1.0
+    t_f: float | tuple[float, ...] = 1.0  # one value, or one per stage
+    t_b: float | tuple[float, ...] = 1.0
+    t_w: float | tuple[float, ...] = 1.0
     chunks: int = 1
     mem_b: float = 1.0
     mem_w: float = 0.5
@@ -68,7 +68,14 @@ class PipelineModel:
         if min(self.stages, self.microbatches, self.chunks, self.sub_blocks) < 1:
             raise ArnoldError("--stages, --microbatches, --chunks and --sub-blocks must be at "
                               "least 1")
-        if min(self.t_f, self.t_b) <= 0 or self.t_w < 0:
+        for name in ("t_f", "t_b", "t_w"):
+            value = getattr(self, name)
+            per_stage = tuple(value) if isinstance(value, tuple) else (value,) * self.stages
+            if len(per_stage) != self.stages:
+                raise ArnoldError(f"--{name.replace('_', '')}: give one time or one per stage "
+                                  f"({self.stages}), not {len(per_stage)}")
+            object.__setattr__(self, name, tuple(float(t) for t in per_stage))
+        if min(self.times("F") + self.times("B")) <= 0 or min(self.times("W")) < 0:
             raise ArnoldError("--tf and --tb must be positive and --tw not negative")
         if min(self.latency, self.bandwidth_time) < 0:
             raise ArnoldError("--latency and --bandwidth-time must not be negative")
@@ -83,10 +90,16 @@ class PipelineModel:
                               + (f"; {self.stages - 1} is the wrap-around)" if self.chunks > 1
                                  else ")"))
 
-    def duration(self, block: Block) -> float:
-        """How long a block runs (a chunk's, and a sub-block's, share of the stage's time)."""
-        t = {"F": self.t_f, "B": self.t_b, "W": self.t_w}[block.kind]
-        return t / (self.chunks * self.sub_blocks)
+    def times(self, kind: str) -> tuple[float, ...]:
+        """A kind's time on each stage, for one micro-batch."""
+        value = {"F": self.t_f, "B": self.t_b, "W": self.t_w}[kind]
+        assert isinstance(value, tuple)  # made so in __post_init__
+        return value
+
+    def duration(self, block: Block, stage: int) -> float:
+        """How long a block runs on a stage (a chunk's, and a sub-block's, share of the
+        stage's time)."""
+        return self.times(block.kind)[stage] / (self.chunks * self.sub_blocks)
 
     def memory_delta(self, block: Block) -> float:
         """What a block adds to its stage's memory (negative: frees)."""
@@ -111,9 +124,9 @@ class PipelineModel:
             return self.bandwidth_time, self.latency
         return 0.0, 0.0
 
-    def work(self) -> float:
-        """Compute time of one stage over the iteration: m (T_F + T_B + T_W)."""
-        return self.microbatches * (self.t_f + self.t_b + self.t_w)
+    def work(self, stage: int = 0) -> float:
+        """Compute time of a stage over the iteration: m (T_F + T_B + T_W)."""
+        return self.microbatches * sum(self.times(k)[stage] for k in KINDS)
 
     def blocks(self, stage: int) -> list[Block]:
         """Every block a stage runs, in no particular order."""

@@ -37,17 +37,22 @@ class Step:
 
 @dataclass(frozen=True)
 class Result:
-    """What a schedule does under the model."""
+    """What a schedule does under the model: the bubble rate of a stage is ``(makespan -
+    m (T_F + T_B + T_W)) / makespan``; ``bubble_rate`` is the stages' mean (with equal times,
+    every stage's)."""
 
     makespan: float
     bubble_rate: float
     peak_memory: list[float]
     times: dict[tuple[int, Block], tuple[float, float]]
     critical_path: list[Step]
+    bubble_per_stage: list[float]
 
     def summary(self) -> dict[str, Any]:
-        """makespan, bubble_rate and peak_memory, rounded for JSON."""
+        """makespan, bubble_rate (the stages' mean), its value per stage and peak_memory,
+        rounded for JSON."""
         return {"makespan": round(self.makespan, 6), "bubble_rate": round(self.bubble_rate, 6),
+                "bubble_rate_per_stage": [round(x, 6) for x in self.bubble_per_stage],
                 "peak_memory": [round(x, 6) for x in self.peak_memory]}
 
 
@@ -114,7 +119,7 @@ def simulate(model: PipelineModel, schedule: Schedule, *, fused_backward: bool =
                 at, how = arrival[key]
                 if at > start:
                     start, reason = at, (how, (dep[0], dep[1]))
-            end = start + model.duration(block)
+            end = start + model.duration(block, s)
             times[(s, block)] = (start, end)
             why[(s, block)] = reason
             free[s] = end
@@ -142,8 +147,9 @@ def simulate(model: PipelineModel, schedule: Schedule, *, fused_backward: bool =
         raise ArnoldError(f"the schedule deadlocks: stage {s} waits for {dep[1].label()} of "
                           f"stage {dep[0]} before {block.label()}, which never comes")
     makespan = max(end for _, end in times.values())
-    bubble = (makespan - model.work()) / makespan
-    return Result(makespan, bubble, peaks, times, _critical_path(times, why))
+    per_stage = [(makespan - model.work(s)) / makespan for s in range(p)]
+    return Result(makespan, sum(per_stage) / p, peaks, times, _critical_path(times, why),
+                  per_stage)
 
 
 def send(model: PipelineModel, stage: int, block: Block, end: float,

@@ -81,14 +81,16 @@ def build(model: PipelineModel, limit: float, horizon: float) -> _Mip:
                 blk = Block(k, j)
                 start[(s, blk)] = mip.addVar(f"start_{s}_{k}{j}", lb=0.0, ub=horizon)
     makespan = mip.addVar("makespan", lb=0.0, ub=horizon)
-    d = {k: model.duration(Block(k, 0)) for k in ("F", "B", "W")}
+    dur = [{k: model.duration(Block(k, 0), s) for k in ("F", "B", "W")} for s in range(p)]
     for s in range(p):
+        d = dur[s]
+        upstream = sum(dur[u]["F"] for u in range(s))
         for j in range(m):
             f_start, b_start, w_start = (start[(s, Block(k, j))] for k in ("F", "B", "W"))
             mip.addCons(b_start >= f_start + d["F"], f"order_local_B_{s}_{j}")
             mip.addCons(w_start >= b_start + d["B"], f"order_local_W_{s}_{j}")
-            # No F can start before the first stages have run theirs (tightens the LP).
-            mip.addCons(f_start >= (s + j) * d["F"], f"order_earliest_{s}_{j}")
+            # No F can start before the stages before have run theirs (tightens the LP).
+            mip.addCons(f_start >= upstream + j * d["F"], f"order_earliest_{s}_{j}")
             if j:
                 for k in ("F", "B", "W"):
                     mip.addCons(start[(s, Block(k, j))] >= start[(s, Block(k, j - 1))] + d[k],
@@ -99,9 +101,9 @@ def build(model: PipelineModel, limit: float, horizon: float) -> _Mip:
         for one, two in _pairs(m):
             y = mip.addVar(f"first_{s}_{one.label()}_{two.label()}", vtype="B")
             first[(s, one, two)] = y
-            mip.addCons(start[(s, two)] >= start[(s, one)] + d[one.kind] - big * (1 - y),
+            mip.addCons(start[(s, two)] >= start[(s, one)] + dur[s][one.kind] - big * (1 - y),
                         f"disjoint_{s}_{one.label()}_{two.label()}_a")
-            mip.addCons(start[(s, one)] >= start[(s, two)] + d[two.kind] - big * y,
+            mip.addCons(start[(s, one)] >= start[(s, two)] + dur[s][two.kind] - big * y,
                         f"disjoint_{s}_{one.label()}_{two.label()}_b")
     leaves: dict[tuple[str, int, int], Any] = {}
     for boundary in range(p - 1):
@@ -109,7 +111,7 @@ def build(model: PipelineModel, limit: float, horizon: float) -> _Mip:
         for kind, src, dst in (("F", boundary, boundary + 1), ("B", boundary + 1, boundary)):
             leave_prev = None
             for j in range(m):
-                produced = start[(src, Block(kind, j))] + d[kind]
+                produced = start[(src, Block(kind, j))] + dur[src][kind]
                 if occupancy == 0 and latency == 0:
                     mip.addCons(start[(dst, Block(kind, j))] >= produced,
                                 f"link_{kind}_{boundary}_{j}")
