@@ -71,8 +71,9 @@ def arnold(env: dict[str, str], *args: str, check: bool = True,
 
 
 def sbatch(*args: str) -> int:
-    out = subprocess.run(["sbatch", "--parsable", *args], capture_output=True, text=True,
-                         check=True).stdout
+    # -o /dev/null: no slurm-<id>.out left in the checkout the tests run from.
+    out = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", *args],
+                         capture_output=True, text=True, check=True).stdout
     return int(out.strip().split(";")[0])
 
 
