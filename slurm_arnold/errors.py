@@ -74,6 +74,17 @@ class SlurmNotFound(ArnoldError):
         )
 
 
+class SlurmConfMissing(ArnoldError):
+    """``SLURM_CONF`` names a file that is not there."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(
+            f"SLURM_CONF={path} does not exist; point it at the cluster's slurm.conf (the local "
+            "cluster: source devcluster.env) or unset it"
+        )
+
+
 class SlurmOutputError(ArnoldError):
     """A Slurm command answered with output we cannot parse."""
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import hostlist
 
-from slurm_arnold.errors import SlurmError, SlurmNotFound, SlurmOutputError
+from slurm_arnold.errors import SlurmConfMissing, SlurmError, SlurmNotFound, SlurmOutputError
 
 log = logging.getLogger(__name__)
 
@@ -448,6 +448,11 @@ class Slurm:
             check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run one Slurm command; raise ``SlurmError`` when it fails and ``check`` is set."""
         cmd = list(args)
+        conf = self.env.get("SLURM_CONF")
+        if conf and not os.path.isfile(conf):
+            # Slurm's commands would look for a configless controller first and give up only
+            # after a minute: say what is wrong at once.
+            raise SlurmConfMissing(conf)
         log.debug("running: %s", shlex.join(cmd))
         try:
             proc = subprocess.run(cmd, input=input, capture_output=True, text=True,

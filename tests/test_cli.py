@@ -70,7 +70,8 @@ def test_missing_slurm_conf_says_how_to_fix(tmp_path: Path) -> None:
                ARNOLD_CONFIG=str(tmp_path / "none.toml"))
     proc = _run_arnold("topology", "show", env=env)
     assert proc.returncode == 1
-    assert proc.stderr.startswith("arnold: error: `scontrol show topology` exited")
+    assert proc.stderr.startswith(f"arnold: error: SLURM_CONF={tmp_path}/nope/slurm.conf does "
+                                  "not exist;")
     assert len(proc.stderr.strip().splitlines()) == 1
 
 

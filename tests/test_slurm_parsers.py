@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from slurm_arnold.errors import SlurmError, SlurmNotFound
+from slurm_arnold.errors import SlurmConfMissing, SlurmError, SlurmNotFound
 from slurm_arnold.slurm import Slurm, parse_gpu_count, parse_oneliner
 
 
@@ -29,11 +31,21 @@ def test_missing_command_is_typed(monkeypatch: pytest.MonkeyPatch) -> None:
         Slurm().version()
 
 
-def test_failure_carries_command_code_and_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A slurm.conf that does not exist: the real sinfo fails before it contacts anything.
-    monkeypatch.setenv("SLURM_CONF", "/nonexistent/slurm.conf")
+def test_failure_carries_command_code_and_stderr(monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    # A slurm.conf the real sinfo cannot parse: it fails before it contacts anything.
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ThisIsNot=AValidKey\n")
+    monkeypatch.setenv("SLURM_CONF", str(conf))
     with pytest.raises(SlurmError) as err:
         Slurm().nodes()
     assert err.value.command[0] == "sinfo"
     assert err.value.returncode != 0
-    assert err.value.stderr
+    assert "ThisIsNot" in err.value.stderr
+
+
+def test_a_missing_slurm_conf_is_named_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Slurm's own commands would spend a minute looking for a configless controller.
+    monkeypatch.setenv("SLURM_CONF", "/nonexistent/slurm.conf")
+    with pytest.raises(SlurmConfMissing, match=r"SLURM_CONF=/nonexistent/slurm\.conf does not"):
+        Slurm().nodes()
