@@ -62,6 +62,9 @@ SOLVER_SIZE = (4, 8)  # the largest stages and micro-batches `all` hands to the 
                                                "--json).")
 @click.option("--gantt", "gantt_path", type=click.Path(dir_okay=False),
               help="Draw a PNG Gantt chart (with `all`: one per schedule, NAME inserted).")
+@click.option("--explain", is_flag=True,
+              help="Also draw the fastest schedule and walk its critical path (stderr with "
+                   "--json).")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object (a list with --schedule all).")
 def pipeline(stages: int | None, microbatches: int, tf: str, tb: str, tw: str,
@@ -69,7 +72,8 @@ def pipeline(stages: int | None, microbatches: int, tf: str, tb: str, tw: str,
              bandwidth_time: float, cross_text: str | None, sub_blocks: int,
              from_job: int | None,
              message_bytes: str | None, topology_file: str | None, name: str,
-             time_limit: float, timeline: bool, gantt_path: str | None, as_json: bool) -> None:
+             time_limit: float, timeline: bool, gantt_path: str | None, explain: bool,
+             as_json: bool) -> None:
     """Simulate pipeline schedules (1F1B, interleaved, ZB-H1, ZB-H2, CrossPipe's greedy
     delay-aware one and the solver's optimum) on links with latency and bandwidth."""
     from slurm_arnold.pipeline.model import PipelineModel
@@ -90,6 +94,7 @@ def pipeline(stages: int | None, microbatches: int, tf: str, tb: str, tw: str,
         log.warning("optimal skipped: the solver is for up to %d stages and %d micro-batches; "
                     "ask for it with --schedule optimal", *SOLVER_SIZE)
     docs = []
+    runs: dict[str, tuple[Any, Any]] = {}
     for n in names:
         try:
             doc, result, used = run(model, n, chunks=chunks, time_limit=time_limit)
@@ -99,6 +104,7 @@ def pipeline(stages: int | None, microbatches: int, tf: str, tb: str, tw: str,
             log.warning("%s skipped: %s", n, exc)
             continue
         docs.append(doc)
+        runs[n] = (result, used)
         if timeline:
             from slurm_arnold.pipeline.render import timeline as draw
 
@@ -111,6 +117,8 @@ def pipeline(stages: int | None, microbatches: int, tf: str, tb: str, tw: str,
                 path = path.with_name(f"{path.stem}-{n}{path.suffix or '.png'}")
             gantt(used, result, path, f"{n}: makespan {result.makespan:g}")
             log.warning("%s: Gantt chart in %s", n, path)
+    if explain and docs:
+        _explain(min(docs, key=lambda d: d["makespan"]), runs, err=as_json)
     if as_json:
         click.echo(json.dumps(docs[0] if name != "all" else docs))
         return
@@ -204,6 +212,19 @@ def _from_job(job_id: int, message_bytes: str | None, topology_file: str | None,
                 links.latency_seconds, links.bandwidth_time_seconds)
     return (links.stages, links.cross_links, links.latency_seconds,
             links.bandwidth_time_seconds)
+
+
+def _explain(doc: dict[str, Any], runs: dict[str, tuple[Any, Any]], *, err: bool) -> None:
+    """The fastest schedule drawn, and its critical path block by block."""
+    from slurm_arnold.pipeline.render import timeline
+
+    result, used = runs[doc["schedule"]]
+    click.echo(f"{doc['schedule']} (makespan {doc['makespan']:g}):\n{timeline(used, result)}",
+               err=err)
+    click.echo("critical path (each block starts when its reason lets it):", err=err)
+    for step in doc["critical_path"]:
+        click.echo(f"  {step['start']:>9g} - {step['end']:<9g} stage {step['stage']:>2} "
+                   f"{step['block']:<8} after {step['via']}", err=err)
 
 
 def _print(docs: list[dict[str, Any]]) -> None:

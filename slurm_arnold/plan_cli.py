@@ -45,12 +45,14 @@ log = logging.getLogger("arnold.plan")
               help="Layers per stage, first to last, e.g. 9,10,10,9 (default: equal stages).")
 @click.option("--rank-order", type=click.Choice(["tp-dp-pp", "tp-pp-dp"]), default="tp-dp-pp",
               show_default=True, help="How the ranks fill nodes and leaves (--evaluate).")
+@click.option("--explain", is_flag=True,
+              help="Also say where the step's time goes and what the network is taken to be.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def plan(model_name: str, gpus: int, global_batch: int, seq: int | None, gpu_name: str,
          gpus_per_node: int, topology_file: str | None, evaluate: bool, tp: int | None,
          pp: int | None, dp: int | None, cp: int, ep: int, micro_batch: int, zero: int,
          recompute: str, interleave: int, stages_text: str | None, rank_order: str,
-         as_json: bool) -> None:
+         explain: bool, as_json: bool) -> None:
     """The fastest TP/PP/DP/CP/EP, rank order, stage cut, ZeRO stage, recomputation and
     micro-batch that fit (exact over its space: NEST's dynamic program for the cut, priced by the
     cost model in slurm_arnold/plan/cost.py); or, with --evaluate, what a given layout costs."""
@@ -108,10 +110,24 @@ def plan(model_name: str, gpus: int, global_batch: int, seq: int | None, gpu_nam
     click.echo(f"  step {doc['step_seconds']} s, {doc['tflops_per_gpu']} TFLOP/s per GPU "
                f"(model FLOPs, MFU {doc['mfu']:.0%}), {doc['memory_gib_per_gpu']} GiB per GPU"
                + ("" if doc["fits"] else " (does NOT fit)"))
+    if explain:
+        names = {"compute_seconds": "compute (slowest stage)", "bubble_seconds": "pipeline bubble",
+                 "tp_seconds": "TP/CP/EP communication", "pp_seconds": "PP sends",
+                 "dp_seconds": "DP gradient sync (exposed)"}
+        for key, value in doc["breakdown"].items():
+            if key in names:
+                click.echo(f"    {names[key]:<28} {value:>9.3f} s "
+                           f"({value / doc['step_seconds']:.0%})")
+        click.echo(f"    network: {leaf_nodes} nodes per leaf ({leaf_source}); NVLink "
+                   f"{network.nvlink.bandwidth_gbps:g} Gb/s, leaf {network.leaf.bandwidth_gbps:g}"
+                   f" Gb/s, core {network.core.bandwidth_gbps:g} Gb/s / "
+                   f"{network.core.oversubscription:g} (site config [network])")
     for alt in doc["alternatives"]:
         click.echo(f"  vs TP {alt['tp']} PP {alt['pp']} DP {alt['dp']} mb {alt['micro_batch']}"
-                   f" ZeRO-{alt['zero']} {alt['recompute']} v{alt['interleave']}: "
-                   f"{alt['step_seconds']} s ({alt['slower_by']})")
+                   f" ZeRO-{alt['zero']} {alt['recompute']} v{alt['interleave']}"
+                   + (f" CP {alt['cp']}" if alt["cp"] > 1 else "")
+                   + (f" EP {alt['ep']}" if alt["ep"] > 1 else "")
+                   + f" {alt['rank_order']}: {alt['step_seconds']} s ({alt['slower_by']})")
 
 
 def _leaf_nodes(topology_file: str | None, minipod_level: int) -> tuple[int, str]:

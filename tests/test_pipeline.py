@@ -198,6 +198,9 @@ def test_cli_json_keys_and_errors(tmp_path: Path, isolated_config: Path) -> None
     assert (tmp_path / "g-greedy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = runner.invoke(main, [*base, "--schedule", "zbh1", "--timeline"])
     assert text.exit_code == 0 and "stage  3 |" in text.output
+    why = runner.invoke(main, [*base, "--explain"])
+    assert why.exit_code == 0 and "critical path" in why.output
+    assert "after message over link 1 forward" in why.output  # the slow link is on it
     bad = runner.invoke(main, [*base, "--cross-links", "3"])
     assert bad.exit_code == 1 and "boundaries are 0..2" in bad.output
     low = runner.invoke(main, [*base, "--schedule", "1f1b", "--mem-limit", "3"])

@@ -232,6 +232,15 @@ def test_plan_reads_the_leaf_size_from_a_topology_file(tmp_path: Path,
     assert (doc["leaf_nodes"], doc["leaf_nodes_from"]) == (2, "topology file")
 
 
+def test_plan_explain_says_where_the_time_goes(isolated_config: Path) -> None:
+    out = CliRunner().invoke(main, ["plan", "--model", "gpt-7.5b", "--gpus", "64",
+                                    "--global-batch", "256", "--gpu", "a100-80g", "--explain"])
+    assert out.exit_code == 0, out.output
+    shares = re.findall(r"\((\d+)%\)", out.output)
+    assert "pipeline bubble" in out.output and "nodes per leaf" in out.output
+    assert 95 <= sum(map(int, shares)) <= 105  # the parts add up to the step (rounding)
+
+
 def test_evaluate_takes_a_cut(isolated_config: Path) -> None:
     args = ["plan", "--evaluate", "--model", "gpt-39.1b", "--gpus", "512", "--global-batch",
             "1536", "--gpu", "a100-80g", "--tp", "8", "--pp", "4", "--json"]
