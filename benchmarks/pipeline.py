@@ -40,7 +40,7 @@ def _path_text(result: Result) -> str:
     """The critical path, one step per block, messages marked."""
     parts: list[str] = []
     for step in result.critical_path:
-        paying = "forward" in step.via or "backward" in step.via
+        paying = "slow link" in step.via
         mark = " ~> " if paying else " -> " if step.via.startswith("message") else " > "
         parts.append((mark if parts else "") + f"s{step.stage}:{step.block.label()}")
     return "".join(parts)
@@ -87,6 +87,23 @@ def _limit_that_meets(model: PipelineModel, base: dict[str, float]) -> float | N
     return None
 
 
+def chunk_shapes(quick: bool = False) -> list[dict[str, Any]]:
+    """The greedy with one chunk per stage, two in a loop, two V-shaped, at memory p."""
+    rows = []
+    for p, m in ((4, 8),) if quick else ((4, 8), (8, 32)):
+        for delay in ((0.0, 0.0), *DELAYS):
+            model = _model(p, m, delay)
+            if not delay[0]:
+                model = replace(model, cross_links=frozenset())
+            row: dict[str, Any] = {"p": p, "m": m, "latency": delay[0],
+                                   "bandwidth_time": delay[1]}
+            for key, chunks, shape in (("one", 1, "loop"), ("loop", 2, "loop"), ("v", 2, "v")):
+                shaped = replace(model, chunks=chunks, chunk_shape=shape)
+                row[key] = simulate(shaped, greedy(shaped, p)).makespan
+            rows.append(row)
+    return rows
+
+
 def greedy_vs_exact(quick: bool = False, time_limit: float = 60.0) -> list[dict[str, Any]]:
     """Section 2, one row per instance."""
     rows = []
@@ -125,7 +142,7 @@ def speed(quick: bool = False) -> list[dict[str, Any]]:
 
 
 def markdown(t: list[dict[str, Any]], g: list[dict[str, Any]], s: list[dict[str, Any]],
-             command: str) -> str:
+             command: str, c: list[dict[str, Any]] | None = None) -> str:
     """The docs section."""
     lines = ["## Pipeline schedules (CrossPipe)", "",
              f"Command: `{command}`. Times in units of T_F; memory in micro-batches of a "
@@ -171,6 +188,17 @@ def markdown(t: list[dict[str, Any]], g: list[dict[str, Any]], s: list[dict[str,
                   f"(p = {bad['p']}, m = {bad['m']}, delays ({bad['latency']:g}, "
                   f"{bad['bandwidth_time']:g})): {sum(r['ratio'] > 1.05 for r in other)} of "
                   f"{len(other)} instances beyond 5%."]
+    if c:
+        lines += ["", "Chunks (the greedy at memory p, `--greedy-chunks 2 --chunk-shape "
+                  "loop|v`): two chunks halve the bubble on free links but send every "
+                  "micro-batch over the slow link twice each way; in a loop both chunks' "
+                  "activations queue on the link's same direction, V-shaped chunks use both "
+                  "directions and suffer less (CrossPipe finds loops the most delay-sensitive "
+                  "too).", "",
+                  "| p | m | latency, bw-time | 1 chunk | 2, loop | 2, V |", "|" + "---|" * 6]
+        for r in c:
+            lines.append(f"| {r['p']} | {r['m']} | {r['latency']:g}, {r['bandwidth_time']:g} | "
+                         f"{r['one']:g} | {r['loop']:g} | {r['v']:g} |")
     lines += ["", "| schedule | p | m | generate + simulate |", "|---|---|---|---|"]
     for r in s:
         lines.append(f"| {r['schedule']} | {r['p']} | {r['m']} | **{r['seconds']:.3f} s** "

@@ -257,16 +257,17 @@ def bench_plan(quick: bool, reference: str, docs: str, as_json: bool) -> None:
 def bench_pipeline(quick: bool, time_limit: float, docs: str, as_json: bool) -> None:
     """CrossPipe's targets (delay-aware vs 1F1B and ZB-H1), the greedy against the exact
     schedule, and the time to generate and simulate at p = 32, m = 256."""
-    from benchmarks.pipeline import greedy_vs_exact, markdown, speed, targets
+    from benchmarks.pipeline import chunk_shapes, greedy_vs_exact, markdown, speed, targets
     from benchmarks.placement import write_section
 
     t = targets(quick, time_limit)
     g = greedy_vs_exact(quick, time_limit)
+    c = chunk_shapes(quick)
     s = speed(quick)
     if not quick:
-        write_section(Path(docs), "pipeline", markdown(t, g, s, "arnold bench pipeline"))
+        write_section(Path(docs), "pipeline", markdown(t, g, s, "arnold bench pipeline", c))
     if as_json:
-        click.echo(json.dumps({"targets": t, "greedy_vs_exact": g, "speed": s}))
+        click.echo(json.dumps({"targets": t, "greedy_vs_exact": g, "chunks": c, "speed": s}))
         return
     for r in t:
         click.echo(f"p {r['p']} m {r['m']} delays ({r['latency']:g}, {r['bandwidth_time']:g}):"

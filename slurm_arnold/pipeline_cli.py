@@ -32,6 +32,11 @@ SOLVER_SIZE = (4, 8)  # the largest stages and micro-batches `all` hands to the 
               help="Weight-gradient (W) time, same unit and form.")
 @click.option("--chunks", type=click.IntRange(min=2), default=2, show_default=True,
               help="Model chunks per stage for i1f1b.")
+@click.option("--chunk-shape", type=click.Choice(["loop", "v"]), default="loop",
+              show_default=True,
+              help="With --greedy-chunks: chunks round the stages (loop) or V-shaped (ZBV's).")
+@click.option("--greedy-chunks", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Model chunks per stage for greedy and optimal (optimal: 1 only).")
 @click.option("--mem-b", type=float, default=1.0, show_default=True,
               help="Activations one F leaves for B (the memory unit).")
 @click.option("--mem-w", type=float, default=0.5, show_default=True,
@@ -68,7 +73,8 @@ SOLVER_SIZE = (4, 8)  # the largest stages and micro-batches `all` hands to the 
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object (a list with --schedule all).")
 def pipeline(stages: int | None, microbatches: int, tf: str, tb: str, tw: str,
-             chunks: int, mem_b: float, mem_w: float, mem_limit: float | None, latency: float,
+             chunks: int, chunk_shape: str, greedy_chunks: int, mem_b: float, mem_w: float,
+             mem_limit: float | None, latency: float,
              bandwidth_time: float, cross_text: str | None, sub_blocks: int,
              from_job: int | None,
              message_bytes: str | None, topology_file: str | None, name: str,
@@ -87,7 +93,8 @@ def pipeline(stages: int | None, microbatches: int, tf: str, tb: str, tw: str,
     model = PipelineModel(stages, microbatches, _times(tf, "--tf"), _times(tb, "--tb"),
                           _times(tw, "--tw"), mem_b=mem_b, mem_w=mem_w,
                           mem_limit=mem_limit, latency=latency, bandwidth_time=bandwidth_time,
-                          cross_links=cross, sub_blocks=sub_blocks)
+                          cross_links=cross, sub_blocks=sub_blocks, chunks=greedy_chunks,
+                          chunk_shape=chunk_shape)
     names = [n for n in NAMES if n != "optimal" or _solver_size(model)] \
         if name == "all" else [name]
     if name == "all" and "optimal" not in names:
@@ -135,7 +142,9 @@ def run(model: Any, name: str, *, chunks: int = 2,
     extra: dict[str, Any] = {}
     used = model if name == "greedy" else replace(model, sub_blocks=1)
     if name == "i1f1b":
-        used = replace(used, chunks=chunks)
+        used = replace(used, chunks=chunks, chunk_shape="loop")
+    elif name in STATIC:
+        used = replace(used, chunks=1)
     limit = model.mem_limit if model.mem_limit is not None else model.stages * model.mem_b
     if name in STATIC:
         schedule = STATIC[name](used)
@@ -154,8 +163,9 @@ def run(model: Any, name: str, *, chunks: int = 2,
            "order": [[b.label() for b in stage] for stage in schedule],
            "mem_limit": model.mem_limit if name in STATIC else limit,
            "critical_path": [step.as_json() for step in result.critical_path], **extra}
-    if name == "i1f1b":
-        doc["chunks"] = chunks
+    if used.chunks > 1:
+        doc["chunks"] = used.chunks
+        doc["chunk_shape"] = used.chunk_shape
     if used.sub_blocks > 1:
         doc["sub_blocks"] = used.sub_blocks
     return doc, result, used
@@ -242,7 +252,7 @@ def _print(docs: list[dict[str, Any]]) -> None:
     Console(file=sys.stdout, soft_wrap=True).print(table)
     best = min(docs, key=lambda d: d["makespan"])
     path = best["critical_path"]
-    slow = [st for st in path if "forward" in st["via"] or "backward" in st["via"]]
+    slow = [st for st in path if "slow link" in st["via"]]
     busy = sum(st["end"] - st["start"] for st in path)
     click.echo(f"fastest: {best['schedule']} ({best['makespan']:g} with peak memory "
                f"{max(best['peak_memory']):g}); its critical path runs "

@@ -57,6 +57,18 @@ def test_per_stage_times() -> None:
         PipelineModel(4, 8, (1.0, 2.0))
 
 
+def test_v_shaped_chunks_come_back_without_a_wrap_around() -> None:
+    model = PipelineModel(4, 4, chunks=2, chunk_shape="v")
+    assert [model.place(v) for v in range(8)] == [(0, 0), (1, 0), (2, 0), (3, 0),
+                                                  (3, 1), (2, 1), (1, 1), (0, 1)]
+    assert all(model.virtual(*model.place(v)) == v for v in range(8))
+    assert model.boundary(3, 3) == -1  # the turn at the last stage is local
+    with pytest.raises(ArnoldError, match=r"boundaries are 0\.\.2"):
+        PipelineModel(4, 4, chunks=2, chunk_shape="v", cross_links=frozenset({3}))
+    loop = PipelineModel(4, 4, chunks=2, cross_links=frozenset({3}))  # the loop's wrap-around
+    assert loop.boundary(3, 0) == 3
+
+
 def test_natural_peaks() -> None:
     model = PipelineModel(4, 8)
     peaks = {n: simulate(model, STATIC[n](model)).peak_memory for n in ("1f1b", "zbh1", "zbh2")}
@@ -91,20 +103,24 @@ def _independent_check(model: PipelineModel, schedule: Schedule, result: Result,
             assert start >= sent + occupancy + latency - 1e-9, (s, b.label())
 
 
-@pytest.mark.parametrize("name", ["1f1b", "i1f1b", "zbh1", "zbh2", "greedy", "greedy/3"])
+@pytest.mark.parametrize("name", ["1f1b", "i1f1b", "zbh1", "zbh2", "greedy", "greedy/3",
+                                  "greedy-loop", "greedy-v"])
 @pytest.mark.parametrize("delays", [(0.0, 0.0), (2.0, 0.25), (2.0, 2.0)])
 def test_every_schedule_respects_inputs_links_and_memory(name: str,
                                                          delays: tuple[float, float]) -> None:
     name, _, parts = name.partition("/")
+    name, _, shape = name.partition("-")
     model = PipelineModel(4, 8, 1.0, 1.5, 0.5, latency=delays[0], bandwidth_time=delays[1],
-                          cross_links=frozenset({1}), sub_blocks=int(parts or 1))
+                          cross_links=frozenset({1}), sub_blocks=int(parts or 1),
+                          chunks=2 if shape else 1, chunk_shape=shape or "loop")
     used = replace(model, chunks=2) if name == "i1f1b" else model
     schedule = greedy(used, 5.0) if name == "greedy" else STATIC[name](used)
     result = simulate(used, schedule, fused_backward=name in FUSED)
     _independent_check(used, schedule, result, name in FUSED)
     if name == "greedy":
         assert max(result.peak_memory) <= 5.0 + 1e-9
-    assert result.makespan >= model.work() + 3 * 1.0 - 1e-9  # the last stage's first input
+    # No stage starts before the first chunk-forwards of the stages before it have run.
+    assert result.makespan >= model.work() + 3 * 1.0 / used.chunks - 1e-9
 
 
 def test_bad_schedules_are_refused() -> None:
@@ -200,7 +216,7 @@ def test_cli_json_keys_and_errors(tmp_path: Path, isolated_config: Path) -> None
     assert text.exit_code == 0 and "stage  3 |" in text.output
     why = runner.invoke(main, [*base, "--explain"])
     assert why.exit_code == 0 and "critical path" in why.output
-    assert "after message over link 1 forward" in why.output  # the slow link is on it
+    assert "after message over slow link 1 up" in why.output  # the slow link is on it
     bad = runner.invoke(main, [*base, "--cross-links", "3"])
     assert bad.exit_code == 1 and "boundaries are 0..2" in bad.output
     low = runner.invoke(main, [*base, "--schedule", "1f1b", "--mem-limit", "3"])

@@ -34,9 +34,9 @@ def greedy(model: PipelineModel, mem_limit: float | None = None) -> Schedule:
     ``p`` micro-batches)."""
     limit = mem_limit if mem_limit is not None else (
         model.mem_limit if model.mem_limit is not None else model.stages * model.mem_b)
-    if limit + EPS < model.mem_b / model.chunks:
-        raise ArnoldError(f"--mem-limit {limit:g} is below one forward's activations "
-                          f"({model.mem_b / model.chunks:g}); nothing can run")
+    if limit + EPS < model.mem_b / model.sub_blocks:
+        raise ArnoldError(f"--mem-limit {limit:g} is below one forward's activations through "
+                          f"every chunk ({model.mem_b / model.sub_blocks:g}); nothing can run")
     runs = [greedy_once(model, limit, b_first) for b_first in (False, True)]
     return min(runs, key=lambda run: run[0])[1]
 
@@ -47,9 +47,13 @@ def greedy_once(model: PipelineModel, limit: float,
     whenever one is there instead of alternating."""
     p, m, v, n = model.stages, model.microbatches, model.chunks, model.sub_blocks
     mn, last_virtual = m * n, p * v - 1
+    virtual = [[model.virtual(s, c) for c in range(v)] for s in range(p)]
     duration = [{k: model.duration(Block(k, 0), s) for k in "FBW"} for s in range(p)]
     delta = {k: model.memory_delta(Block(k, 0)) for k in "FBW"}
-    room = limit + EPS - delta["F"]  # an F part fits while memory stays at most this
+    # An F part of chunk c fits while memory stays at most room[c]: deeper chunks keep room
+    # for one F part each, or a stage full of first-chunk forwards could never let a
+    # micro-batch reach the end of the pipeline and start freeing memory.
+    room = [limit + EPS - delta["F"] * (v - c) for c in range(v)]
     order: Schedule = [[] for _ in range(p)]
     free = [0.0] * p
     memory = [0.0] * p
@@ -77,14 +81,14 @@ def greedy_once(model: PipelineModel, limit: float,
         first_b: tuple[float, Block] | None = None
         for c in range(v):
             nf, nb = next_f[s][c], next_b[s][c]
-            if nf < mn and memory[s] <= room:
+            if nf < mn and memory[s] <= room[c]:
                 f = Block("F", nf // n, c, nf % n)
-                t = ready(s, f, c * p + s == 0)
+                t = ready(s, f, virtual[s][c] == 0)
                 if t is not None and (first_f is None or (max(at, t), f) < first_f):
                     first_f = (max(at, t), f)
             if nb // n < nf // n:  # its F has run to the end
                 b = Block("B", nb // n, c, nb % n)
-                t = ready(s, b, c * p + s == last_virtual)
+                t = ready(s, b, virtual[s][c] == last_virtual)
                 if t is not None and (first_b is None or (max(at, t), b) < first_b):
                     first_b = (max(at, t), b)
         now_f = first_f if first_f is not None and first_f[0] <= at + EPS else None

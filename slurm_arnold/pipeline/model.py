@@ -7,12 +7,13 @@ waits for) and **W** (gradient of the weights, which nobody waits for). With ``v
 model is cut into ``p * v`` virtual stages; virtual stage ``c * p + s`` is chunk ``c`` of stage
 ``s`` (Megatron's interleaving), so a chunk's blocks take ``1/v`` of the stage's times.
 
-Links: stage ``i`` and ``i + 1`` are joined by boundary ``i``, one link per direction
-(activations forward, gradients backward); with chunks, boundary ``p - 1`` is the wrap-around
-from the last stage back to the first. A message over a link that pays (``cross``) occupies it
-for ``bandwidth_time`` (size over bandwidth; messages on one link queue) and arrives
-``latency`` after it leaves the link: the alpha-beta model with per-link occupancy. Links that do
-not pay deliver at once.
+Links: stage ``i`` and ``i + 1`` are joined by boundary ``i``, one link per direction; with
+chunks in a loop, boundary ``p - 1`` is the wrap-around from the last stage back to the first.
+V-shaped chunks (ZBV's placement) need no wrap-around: every other chunk runs from the last
+stage back to the first, so its activations travel the links downwards. A message over a link
+that pays (``cross``) occupies it for ``bandwidth_time`` (size over bandwidth; messages on one
+link and direction queue) and arrives ``latency`` after it leaves the link: the alpha-beta
+model with per-link occupancy. Links that do not pay deliver at once.
 
 Memory, in units of one micro-batch's activations of a whole stage: F adds ``mem_b`` (split over
 chunks), B frees what W does not need (``mem_b - mem_w``), W frees the rest (``mem_w``).
@@ -30,6 +31,7 @@ from typing import NamedTuple
 from slurm_arnold.errors import ArnoldError
 
 KINDS = ("F", "B", "W")
+SHAPES = ("loop", "v")
 
 
 class Block(NamedTuple):
@@ -63,6 +65,7 @@ class PipelineModel:
     bandwidth_time: float = 0.0
     cross_links: frozenset[int] = field(default_factory=frozenset)
     sub_blocks: int = 1
+    chunk_shape: str = "loop"  # "loop" (Megatron's interleaving) or "v" (ZBV's)
 
     def __post_init__(self) -> None:
         if min(self.stages, self.microbatches, self.chunks, self.sub_blocks) < 1:
@@ -82,13 +85,16 @@ class PipelineModel:
         if not 0 <= self.mem_w <= self.mem_b:
             raise ArnoldError("--mem-w must be between 0 and --mem-b (W keeps part of what F "
                               "stored)")
-        links = self.stages if self.chunks > 1 else self.stages - 1
+        if self.chunk_shape not in SHAPES:
+            raise ArnoldError(f"--chunk-shape {self.chunk_shape}: use one of {', '.join(SHAPES)}")
+        # Two stages share one link both ways, so only a longer loop has a wrap-around link.
+        wraps = self.chunks > 1 and self.chunk_shape == "loop" and self.stages > 2
+        links = self.stages if wraps else self.stages - 1
         bad = sorted(i for i in self.cross_links if not 0 <= i < links)
         if bad:
             raise ArnoldError(f"--cross-links {','.join(map(str, bad))}: boundaries are 0.."
                               f"{links - 1} (link i joins stage i and i + 1"
-                              + (f"; {self.stages - 1} is the wrap-around)" if self.chunks > 1
-                                 else ")"))
+                              + (f"; {self.stages - 1} is the wrap-around)" if wraps else ")"))
 
     def times(self, kind: str) -> tuple[float, ...]:
         """A kind's time on each stage, for one micro-batch."""
@@ -111,12 +117,27 @@ class PipelineModel:
         return -self.mem_w * per_chunk
 
     def virtual(self, stage: int, chunk: int) -> int:
-        """The virtual stage of a chunk on a stage."""
+        """The virtual stage of a chunk on a stage: chunks go round the stages (loop) or,
+        V-shaped, every other chunk comes back from the last stage to the first."""
+        if self.chunk_shape == "v" and chunk % 2:
+            return chunk * self.stages + self.stages - 1 - stage
         return chunk * self.stages + stage
 
     def place(self, virtual: int) -> tuple[int, int]:
         """(stage, chunk) of a virtual stage."""
-        return virtual % self.stages, virtual // self.stages
+        chunk, offset = divmod(virtual, self.stages)
+        if self.chunk_shape == "v" and chunk % 2:
+            return self.stages - 1 - offset, chunk
+        return offset, chunk
+
+    def boundary(self, a: int, b: int) -> int:
+        """The link between stages ``a`` and ``b`` (-1: the same stage; ``p - 1``: the loop's
+        wrap-around from the last stage to the first)."""
+        if a == b:
+            return -1
+        if abs(a - b) == 1:
+            return min(a, b)
+        return self.stages - 1
 
     def link_cost(self, boundary: int) -> tuple[float, float]:
         """(occupancy, latency) of a message over a boundary."""
@@ -152,11 +173,11 @@ def dependency(model: PipelineModel, stage: int, block: Block) -> tuple[int, Blo
         if v == 0:
             return None
         s, c = model.place(v - 1)
-        return s, Block("F", block.mb, c, model.last_part), (s if s != stage else -1)
+        return s, Block("F", block.mb, c, model.last_part), model.boundary(s, stage)
     if v == model.stages * model.chunks - 1:
         return None
     s, c = model.place(v + 1)
-    return s, Block("B", block.mb, c, model.last_part), (stage if s != stage else -1)
+    return s, Block("B", block.mb, c, model.last_part), model.boundary(s, stage)
 
 
 def local_dependency(model: PipelineModel, block: Block) -> Block | None:

@@ -168,12 +168,13 @@ def send(model: PipelineModel, stage: int, block: Block, end: float,
     waiting = Block(block.kind, block.mb, c2)
     if s2 == stage:
         return s2, waiting, end, "same stage"
-    boundary = stage if block.kind == "F" else s2
-    direction = "forward" if block.kind == "F" else "backward"
+    boundary = model.boundary(stage, s2)
+    # One queue per link and direction; the loop's wrap-around carries activations "up" too.
+    direction = "up" if (s2 > stage) == (abs(s2 - stage) == 1) else "down"
     occupancy, latency = model.link_cost(boundary)
     leave = max(end, link_free.get((boundary, direction), 0.0))
     link_free[(boundary, direction)] = leave + occupancy
-    how = (f"message over link {boundary} {direction}"
+    how = (f"message over slow link {boundary} {direction}"
            + (f" (queued {leave - end:g})" if leave > end + 1e-12 else "")
            if occupancy or latency else f"message over link {boundary}")
     return s2, waiting, leave + occupancy + latency, how
