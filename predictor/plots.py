@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from slurm_arnold.figures import save_figure
+
 
 def calibration_plot(pred: Mapping[str, np.ndarray], path: Path) -> None:
     """Predicted vs actual run time (log-log) per method, and coverage by predicted decile."""
@@ -38,6 +40,4 @@ def calibration_plot(pred: Mapping[str, np.ndarray], path: Path) -> None:
               title="coverage by predicted decile", ylim=(0, 1.02))
     cover.legend()
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, "--plot", dpi=110)

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from slurm_arnold.cluster import ClusterView, slurm_choice
+from slurm_arnold.figures import save_figure
 from slurm_arnold.placement import JobShape, Placement
 from slurm_arnold.placement.baselines import slurm_sort_key, topo_aware
 from slurm_arnold.placement.engine import place_from_node_list
@@ -142,8 +143,6 @@ def picture(ours: Placement, theirs: Placement, view: ClusterView, path: Path) -
     fig.suptitle(f"TP{ours.job.tp} x PP{ours.job.pp} x DP{ours.job.dp} on {ours.job.nodes} "
                  f"nodes: colour = stage, number = replica; grey free, hatched busy{note}",
                  fontsize=9)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png" if path.suffix.lower() == ".png" else "svg",
-                dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, "--picture (or --explain=PATH)",
+                       format="png" if path.suffix.lower() == ".png" else "svg", dpi=120,
+                       bbox_inches="tight")

@@ -221,6 +221,10 @@ def test_cli_json_keys_and_errors(tmp_path: Path, isolated_config: Path) -> None
     assert bad.exit_code == 1 and "boundaries are 0..2" in bad.output
     low = runner.invoke(main, [*base, "--schedule", "1f1b", "--mem-limit", "3"])
     assert low.exit_code == 1 and "over --mem-limit 3" in low.output
+    unwritable = runner.invoke(main, [*base, "--schedule", "1f1b", "--gantt",
+                                      "/proc/no-such-dir/g.png"])
+    assert unwritable.exit_code == 1 and "cannot write /proc/no-such-dir/g.png" in \
+        unwritable.output and "give --gantt a path" in unwritable.output
     usage = runner.invoke(main, ["pipeline", "--microbatches", "8"])
     assert usage.exit_code == 2 and "--stages" in usage.output
 

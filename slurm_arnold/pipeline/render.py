@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from slurm_arnold.figures import save_figure
 from slurm_arnold.pipeline.model import PipelineModel
 from slurm_arnold.pipeline.simulate import Result
 
@@ -59,6 +60,4 @@ def gantt(model: PipelineModel, result: Result, path: Path, title: str) -> None:
     handles = [Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
     ax.legend(handles, list(COLOURS), loc="upper right", fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, "--gantt", dpi=120)
