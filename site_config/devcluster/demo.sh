@@ -46,4 +46,10 @@ echo
 echo "== 4. The job as arnold recorded it (its layout beside Slurm's is in step 2) =="
 arnold jobs --limit 1
 echo
+echo "== 5. Which layout such a model should use, and which pipeline schedule this placement wants =="
+echo "\$ arnold plan --model gpt-18.4b --gpus 128 --global-batch 512 --gpu a100-80g --explain"
+arnold plan --model gpt-18.4b --gpus 128 --global-batch 512 --gpu a100-80g --explain
+echo "\$ arnold pipeline --from-job $job --microbatches 16 --tf 0.04 --tb 0.04 --tw 0.04 --message-bytes 96M"
+arnold pipeline --from-job "$job" --microbatches 16 --tf 0.04 --tb 0.04 --tw 0.04 --message-bytes 96M
+echo
 echo "picture of both layouts: $out/placement.svg"
