@@ -21,8 +21,8 @@ SOLVER_SIZE = (4, 8)  # the largest stages and micro-batches `all` hands to the 
 
 @click.command("pipeline")
 @click.option("--stages", type=click.IntRange(min=1), help="Pipeline stages P.")
-@click.option("--microbatches", type=click.IntRange(min=1), required=True,
-              help="Micro-batches per iteration M.")
+@click.option("--microbatches", type=click.IntRange(min=1),
+              help="Micro-batches per iteration M (with --model: from the global batch).")
 @click.option("--tf", default="1", show_default=True,
               help="Forward time of one micro-batch on a stage (the time unit); one value, "
                    "or one per stage: 1,1,1,1.3.")
@@ -56,7 +56,17 @@ SOLVER_SIZE = (4, 8)  # the largest stages and micro-batches `all` hands to the 
 @click.option("--from-job", type=int,
               help="Take P and the cross-minipod boundaries from this arnold-sbatch job's "
                    "placement, latency and bandwidth from the site's core tier (times in s).")
-@click.option("--message-bytes", help="With --from-job: bytes per PP message, e.g. 64M.")
+@click.option("--message-bytes", help="With --from-job: bytes per PP message, e.g. 64M "
+                                      "(with --model: from the model).")
+@click.option("--model", "model_name",
+              help="With --from-job: price the job's stages from the planner's cost model "
+                   "(times in s, per stage; message size; micro-batches).")
+@click.option("--global-batch", type=click.IntRange(min=1), help="With --model.")
+@click.option("--gpu", "gpu_name", default="h100-80g", show_default=True, help="With --model.")
+@click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True,
+              help="With --model.")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="full",
+              show_default=True, help="With --model.")
 @click.option("--topology", "topology_file", type=click.Path(dir_okay=False, exists=True),
               help="With --from-job: topology.conf instead of the live cluster's.")
 @click.option("--schedule", "name", type=click.Choice([*NAMES, "all"]), default="all",
@@ -72,12 +82,14 @@ SOLVER_SIZE = (4, 8)  # the largest stages and micro-batches `all` hands to the 
                    "--json).")
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object (a list with --schedule all).")
-def pipeline(stages: int | None, microbatches: int, tf: str, tb: str, tw: str,
+def pipeline(stages: int | None, microbatches: int | None, tf: str, tb: str, tw: str,
              chunks: int, chunk_shape: str, greedy_chunks: int, mem_b: float, mem_w: float,
              mem_limit: float | None, latency: float,
              bandwidth_time: float, cross_text: str | None, sub_blocks: int,
              from_job: int | None,
-             message_bytes: str | None, topology_file: str | None, name: str,
+             message_bytes: str | None, model_name: str | None, global_batch: int | None,
+             gpu_name: str, micro_batch: int, recompute: str, topology_file: str | None,
+             name: str,
              time_limit: float, timeline: bool, gantt_path: str | None, explain: bool,
              as_json: bool) -> None:
     """Simulate pipeline schedules (1F1B, interleaved, ZB-H1, ZB-H2, CrossPipe's greedy
@@ -85,13 +97,41 @@ def pipeline(stages: int | None, microbatches: int, tf: str, tb: str, tw: str,
     from slurm_arnold.pipeline.model import PipelineModel
 
     cross = _links(cross_text)
+    times: dict[str, Any] = {"tf": _times(tf, "--tf"), "tb": _times(tb, "--tb"),
+                             "tw": _times(tw, "--tw")}
+    if model_name is not None and from_job is None:
+        raise click.UsageError("--model prices a placed job's stages: give --from-job too")
     if from_job is not None:
-        stages, cross, latency, bandwidth_time = _from_job(from_job, message_bytes,
-                                                           topology_file, stages)
+        links = _from_job(from_job, topology_file, stages)
+        stages, cross, latency = links.stages, links.cross_links, links.latency_seconds
+        if model_name is not None:
+            priced = _priced(links, model_name, global_batch, gpu_name, micro_batch, recompute)
+            given = [f"--{k}" for k in ("tf", "tb", "tw") if click.get_current_context()
+                     .get_parameter_source(k) != click.core.ParameterSource.DEFAULT]
+            if given:
+                raise click.UsageError(f"--model prices the stages; drop {', '.join(given)}")
+            times = {k: tuple(priced[k]) for k in ("tf", "tb", "tw")}
+            microbatches = microbatches or priced["microbatches"]
+            size = float(priced["message_bytes"]) if message_bytes is None else None
+        else:
+            size = None
+        if size is None:
+            if message_bytes is None:
+                raise click.UsageError("--from-job needs --message-bytes (the activations one "
+                                       "stage sends per micro-batch, e.g. 64M) or --model")
+            from slurm_arnold.placement.align import parse_bytes
+
+            size = parse_bytes(message_bytes)
+        bandwidth_time = size * links.seconds_per_byte
+        log.warning("job %d: %d stages, cross-minipod boundaries %s; latency %.3g s, %.3g s per "
+                    "message of %.3g bytes", from_job, stages, sorted(cross) or "none",
+                    latency, bandwidth_time, size)
     elif stages is None:
         raise click.UsageError("give --stages (or --from-job)")
-    model = PipelineModel(stages, microbatches, _times(tf, "--tf"), _times(tb, "--tb"),
-                          _times(tw, "--tw"), mem_b=mem_b, mem_w=mem_w,
+    if microbatches is None:
+        raise click.UsageError("give --microbatches (or --model with --from-job)")
+    model = PipelineModel(stages, microbatches, times["tf"], times["tb"], times["tw"],
+                          mem_b=mem_b, mem_w=mem_w,
                           mem_limit=mem_limit, latency=latency, bandwidth_time=bandwidth_time,
                           cross_links=cross, sub_blocks=sub_blocks, chunks=greedy_chunks,
                           chunk_shape=chunk_shape)
@@ -125,7 +165,8 @@ def pipeline(stages: int | None, microbatches: int, tf: str, tb: str, tw: str,
             gantt(used, result, path, f"{n}: makespan {result.makespan:g}")
             log.warning("%s: Gantt chart in %s", n, path)
     if explain and docs:
-        _explain(min(docs, key=lambda d: d["makespan"]), runs, err=as_json)
+        _explain(min(docs, key=lambda d: (d["makespan"], max(d["peak_memory"]))), runs,
+                 err=as_json)
     if as_json:
         click.echo(json.dumps(docs[0] if name != "all" else docs))
         return
@@ -162,6 +203,8 @@ def run(model: Any, name: str, *, chunks: int = 2,
     doc = {"schedule": name, **result.summary(),
            "order": [[b.label() for b in stage] for stage in schedule],
            "mem_limit": model.mem_limit if name in STATIC else limit,
+           "t_f": list(used.times("F")), "t_b": list(used.times("B")),
+           "t_w": list(used.times("W")),
            "critical_path": [step.as_json() for step in result.critical_path], **extra}
     if used.chunks > 1:
         doc["chunks"] = used.chunks
@@ -194,16 +237,12 @@ def _links(text: str | None) -> frozenset[int]:
                           "e.g. 3 or 1,5") from None
 
 
-def _from_job(job_id: int, message_bytes: str | None, topology_file: str | None,
-              stages: int | None) -> tuple[int, frozenset[int], float, float]:
+def _from_job(job_id: int, topology_file: str | None, stages: int | None) -> Any:
+    """The job's ``JobLinks`` from its recorded placement and the topology."""
     from slurm_arnold.pipeline.links import links_from_job
-    from slurm_arnold.placement.align import parse_bytes
     from slurm_arnold.state import StateDB
     from slurm_arnold.topology import read_topology_file
 
-    if message_bytes is None:
-        raise click.UsageError("--from-job needs --message-bytes (the activations one stage "
-                               "sends per micro-batch, e.g. 64M)")
     config = load_config()
     if topology_file:
         topology = read_topology_file(topology_file, minipod_level=config.minipod_level)
@@ -212,16 +251,31 @@ def _from_job(job_id: int, message_bytes: str | None, topology_file: str | None,
         from slurm_arnold.slurm import Slurm
 
         topology = live_cluster(Slurm(), minipod_level=config.minipod_level).topology
-    links = links_from_job(StateDB(config.db_path), job_id, topology, config.network,
-                           parse_bytes(message_bytes))
+    links = links_from_job(StateDB(config.db_path), job_id, topology, config.network)
     if stages is not None and stages != links.stages:
         raise ArnoldError(f"--stages {stages} but job {job_id} has {links.stages} stages; "
                           "drop --stages")
-    log.warning("job %d: %d stages, cross-minipod boundaries %s; latency %.3g s, %.3g s per "
-                "message", job_id, links.stages, sorted(links.cross_links) or "none",
-                links.latency_seconds, links.bandwidth_time_seconds)
-    return (links.stages, links.cross_links, links.latency_seconds,
-            links.bandwidth_time_seconds)
+    return links
+
+
+def _priced(links: Any, model_name: str, global_batch: int | None, gpu_name: str,
+            micro_batch: int, recompute: str) -> dict[str, Any]:
+    """F, B, W seconds per stage, the message size and the micro-batches of the placed job's
+    layout, from the planner's cost model (``plan.cost.block_times``)."""
+    from slurm_arnold.plan.catalog import load_gpu, load_model
+    from slurm_arnold.plan.cost import Layout, block_times
+
+    if global_batch is None:
+        raise click.UsageError("--model needs --global-batch")
+    model = load_model(model_name)
+    pp = links.stages
+    cut = () if model.layers % pp == 0 else tuple(
+        model.layers // pp + (1 if k < model.layers % pp else 0) for k in range(pp))
+    layout = Layout(links.tp, pp, links.dp, micro_batch=micro_batch, recompute=recompute,
+                    stages=cut)
+    config = load_config()
+    return block_times(model, load_gpu(gpu_name), config.network, layout, global_batch,
+                       gpus_per_node=links.gpus_per_node)
 
 
 def _explain(doc: dict[str, Any], runs: dict[str, tuple[Any, Any]], *, err: bool) -> None:
@@ -250,7 +304,7 @@ def _print(docs: list[dict[str, Any]]) -> None:
                       f"{max(d['peak_memory']):g}",
                       f"{d['makespan'] / base - 1:+.1%}" if base else "-")
     Console(file=sys.stdout, soft_wrap=True).print(table)
-    best = min(docs, key=lambda d: d["makespan"])
+    best = min(docs, key=lambda d: (d["makespan"], max(d["peak_memory"])))
     path = best["critical_path"]
     slow = [st for st in path if "slow link" in st["via"]]
     busy = sum(st["end"] - st["start"] for st in path)

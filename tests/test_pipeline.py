@@ -256,6 +256,19 @@ def test_from_job_finds_the_cross_minipod_boundaries(tmp_path: Path, isolated_co
                                      "--tf", "0.01", "--tb", "0.01", "--tw", "0.01",
                                      "--schedule", "1f1b", "--json"])
     assert doc["makespan"] > json.loads(free.stdout)["makespan"]
+    # The planner's cost model prices the job's stages (seconds) and its messages.
+    priced = CliRunner().invoke(main, ["pipeline", "--from-job", "4242", "--model", "gpt-7.5b",
+                                       "--global-batch", "8", "--gpu", "a100-80g", "--topology",
+                                       str(topo), "--schedule", "1f1b", "--json"])
+    assert priced.exit_code == 0, priced.output
+    got = json.loads(priced.stdout)
+    assert len(got["order"][0]) == 3 * 8  # 8 micro-batches: the global batch over DP 1
+    assert got["t_f"][3] > got["t_f"][0] > 0  # the output layer on the last stage
+    assert "message of 2.1e+06 bytes" in caplog.text  # 2 x 2048 x 4096 / TP 8
+    both = CliRunner().invoke(main, ["pipeline", "--from-job", "4242", "--model", "gpt-7.5b",
+                                     "--global-batch", "8", "--tf", "2", "--topology",
+                                     str(topo)])
+    assert both.exit_code == 2 and "drop --tf" in both.output
     missing = CliRunner().invoke(main, ["pipeline", "--from-job", "7", "--microbatches", "8",
                                         "--message-bytes", "1M", "--topology", str(topo)])
     assert missing.exit_code == 1 and "not submitted through arnold-sbatch" in missing.output

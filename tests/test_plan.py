@@ -18,6 +18,7 @@ from slurm_arnold.plan.cost import (
     EFFICIENCY,
     Layout,
     activation_bytes_per_layer,
+    block_times,
     estimate,
     group_levels,
     model_flops,
@@ -182,6 +183,22 @@ def test_the_cut_is_the_brute_force_optimum(pp: int, order: str, limit_gib: floa
                    leaf_nodes=2)
     assert est.step_seconds - est.dp_seconds == pytest.approx(
         (sm.microbatches - 1) * value + sum(sm.slot(k, n) for k, n in enumerate(cut)))
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_block_times_add_up_to_the_stage_slots(recompute: str) -> None:
+    m = MODELS["gpt-7.5b"]
+    lay = Layout(4, 4, 2, micro_batch=2, recompute=recompute, stages=(10, 9, 9, 8))
+    times = block_times(m, A100, SELENE, lay, 64)
+    sm = stage_model(m, A100, SELENE, lay, 64)
+    for k, n in enumerate(lay.stages):
+        sends = sm.slot(k, 0) - (sm.logits_seconds if k == 3 else 0.0)
+        assert times["tf"][k] + times["tb"][k] + times["tw"][k] == pytest.approx(
+            sm.slot(k, n) - sends)
+    assert times["microbatches"] == 64 // (2 * 2)
+    assert times["message_bytes"] == 2 * 2 * 2048 * 4096 / 4
+    # B carries the scores' gradients and any recomputation; W is the weight matmuls alone.
+    assert times["tb"][0] > times["tf"][0] > times["tw"][0]
 
 
 def test_an_infeasible_memory_limit_has_no_cut() -> None:

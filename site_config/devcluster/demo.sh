@@ -49,7 +49,7 @@ echo
 echo "== 5. Which layout such a model should use, and which pipeline schedule this placement wants =="
 echo "\$ arnold plan --model gpt-18.4b --gpus 128 --global-batch 512 --gpu a100-80g --explain"
 arnold plan --model gpt-18.4b --gpus 128 --global-batch 512 --gpu a100-80g --explain
-echo "\$ arnold pipeline --from-job $job --microbatches 16 --tf 0.04 --tb 0.04 --tw 0.04 --message-bytes 96M"
-arnold pipeline --from-job "$job" --microbatches 16 --tf 0.04 --tb 0.04 --tw 0.04 --message-bytes 96M
+echo "\$ arnold pipeline --from-job $job --model gpt-18.4b --global-batch 512 --gpu a100-80g"
+arnold pipeline --from-job "$job" --model gpt-18.4b --global-batch 512 --gpu a100-80g
 echo
 echo "picture of both layouts: $out/placement.svg"

@@ -19,18 +19,21 @@ from slurm_arnold.topology import Topology
 
 @dataclass(frozen=True)
 class JobLinks:
-    """A job's pipeline as the scheduler sees it."""
+    """A job's pipeline as the scheduler sees it: its shape, which boundaries cross minipods,
+    and what a message pays on those (latency, seconds per byte)."""
 
     stages: int
+    tp: int
+    dp: int
+    gpus_per_node: int
     cross_links: frozenset[int]
     latency_seconds: float
-    bandwidth_time_seconds: float
+    seconds_per_byte: float
 
 
-def links_from_job(db: StateDB, job_id: int, topology: Topology, network: NetworkTiers,
-                   message_bytes: float) -> JobLinks:
-    """The cross links of Slurm job ``job_id`` (submitted through arnold-sbatch) and the time a
-    message of ``message_bytes`` pays on them."""
+def links_from_job(db: StateDB, job_id: int, topology: Topology,
+                   network: NetworkTiers) -> JobLinks:
+    """The shape and cross links of Slurm job ``job_id`` (submitted through arnold-sbatch)."""
     record = db.job(job_id)
     if record is None:
         raise ArnoldError(f"job {job_id} was not submitted through arnold-sbatch (not in "
@@ -55,4 +58,6 @@ def links_from_job(db: StateDB, job_id: int, topology: Topology, network: Networ
             cross.add(stage)
     core = network.core
     bytes_per_s = core.bandwidth_gbps * 1e9 / 8 / core.oversubscription
-    return JobLinks(pp, frozenset(cross), core.latency_us * 1e-6, message_bytes / bytes_per_s)
+    return JobLinks(pp, int(spec.get("tp") or 1), int(spec.get("dp") or 1),
+                    int(spec.get("gpus_per_node") or 8), frozenset(cross),
+                    core.latency_us * 1e-6, 1.0 / bytes_per_s)

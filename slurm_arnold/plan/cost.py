@@ -102,15 +102,21 @@ class Estimate:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
-def model_flops(model: ModelSpec, batch: int, recompute: str = "full") -> float:
-    """FLOPs of one iteration over ``batch`` sequences (SC'21 eq. 3 and its variants)."""
-    s, h, layers, vocab = model.seq_len, model.hidden, model.layers, model.vocab
+def layer_forward_flops(model: ModelSpec, batch: int) -> tuple[float, float, float]:
+    """Forward FLOPs over ``batch`` sequences: (one layer's weight matmuls, one layer's
+    attention scores (QK^T and attention x V, which have no weights), the output layer)."""
+    s, h = model.seq_len, model.hidden
     head_dim = h // model.heads
     qkvo = 2 * h * h + 2 * h * model.kv * head_dim  # attention projections
     ffn = (3 if model.gated_ffn else 2) * h * model.ffn_hidden * model.top_k
-    dense = 2 * batch * s * (qkvo + ffn)  # forward matmuls of one layer
-    scores = 4 * batch * s * s * h  # QK^T and attention x V, forward
-    logits = 2 * batch * s * h * vocab
+    return (2.0 * batch * s * (qkvo + ffn), 4.0 * batch * s * s * h,
+            2.0 * batch * s * h * model.vocab)
+
+
+def model_flops(model: ModelSpec, batch: int, recompute: str = "full") -> float:
+    """FLOPs of one iteration over ``batch`` sequences (SC'21 eq. 3 and its variants)."""
+    dense, scores, logits = layer_forward_flops(model, batch)
+    layers = model.layers
     factor = {"none": 3, "selective": 3, "full": 4}[recompute]
     extra_scores = scores if recompute == "selective" else 0
     return float(layers * (factor * (dense + scores) + extra_scores) + 3 * logits)
@@ -455,3 +461,36 @@ def communication_volumes(model: ModelSpec, layout: Layout,
         / (layout.tp if layout.sequence_parallel else 1)
     pp_bytes = 2 * m * layout.interleave * message if layout.pp > 1 else 0.0
     return dp_bytes, pp_bytes, m
+
+
+def block_times(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: Layout,
+                global_batch: int, *, gpus_per_node: int = 8,
+                leaf_nodes: int = LEAF_NODES) -> dict[str, Any]:
+    """What ``arnold pipeline`` needs of a layout, per stage and micro-batch: the seconds of F
+    (forward), B (input gradient, with any recomputation) and W (weight gradient), the bytes of
+    one PP message, and the micro-batches. From the same FLOPs and collectives as the estimate:
+    B and W split the backward's 2x forward FLOPs (the attention scores have no weights, so
+    their gradients are all B); each pass carries its share of the TP/CP/EP traffic, W none;
+    the output layer runs on the last stage."""
+    sm = stage_model(model, gpu, network, layout, global_batch, gpus_per_node=gpus_per_node,
+                     leaf_nodes=leaf_nodes)
+    _check_cut(model, layout)
+    dense, scores, logits = layer_forward_flops(model, layout.micro_batch)
+    share = 1.0 / (layout.tp * layout.cp * EFFICIENCY.get(gpu.name, 0.5) * gpu.peak_flops)
+    redo = {"none": 0.0, "selective": scores, "full": dense + scores}[layout.recompute]
+    passes = 3 if layout.recompute == "full" else 2
+    comm = (sm.layer_seconds - sm.layer_compute_seconds) / passes  # one pass's collectives
+    f_layer = (dense + scores) * share + comm
+    b_layer = (dense + 2 * scores + redo) * share + comm * (passes - 1)
+    w_layer = dense * share
+    cut = layout.stage_layers(model.layers)
+    last = len(cut) - 1
+    out: dict[str, list[float]] = {"tf": [], "tb": [], "tw": []}
+    for k, n in enumerate(cut):
+        extra = logits * share if k == last else 0.0
+        out["tf"].append(n * f_layer + extra)
+        out["tb"].append(n * b_layer + extra)
+        out["tw"].append(n * w_layer + extra)
+    message = BYTES_PER_VALUE * layout.micro_batch * model.seq_len * model.hidden / layout.cp \
+        / (layout.tp if layout.sequence_parallel else 1)
+    return out | {"message_bytes": message, "microbatches": sm.microbatches}
