@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +12,9 @@ import click
 
 from site_config import load_config
 from slurm_arnold.errors import ArnoldError
+from slurm_arnold.pipeline.run import NAMES, run
 
 log = logging.getLogger("arnold.pipeline")
-NAMES = ("1f1b", "i1f1b", "zbh1", "zbh2", "greedy", "optimal")
 SOLVER_SIZE = (4, 8)  # the largest stages and micro-batches `all` hands to the solver
 
 
@@ -112,16 +111,12 @@ def pipeline(stages: int | None, microbatches: int | None, tf: str, tb: str, tw:
                 raise click.UsageError(f"--model prices the stages; drop {', '.join(given)}")
             times = {k: tuple(priced[k]) for k in ("tf", "tb", "tw")}
             microbatches = microbatches or priced["microbatches"]
-            size = float(priced["message_bytes"]) if message_bytes is None else None
-        else:
-            size = None
-        if size is None:
-            if message_bytes is None:
-                raise click.UsageError("--from-job needs --message-bytes (the activations one "
-                                       "stage sends per micro-batch, e.g. 64M) or --model")
-            from slurm_arnold.placement.align import parse_bytes
+        elif message_bytes is None:
+            raise click.UsageError("--from-job needs --message-bytes (the activations one "
+                                   "stage sends per micro-batch, e.g. 64M) or --model")
+        from slurm_arnold.placement.align import parse_bytes
 
-            size = parse_bytes(message_bytes)
+        size = parse_bytes(message_bytes) if message_bytes else float(priced["message_bytes"])
         bandwidth_time = size * links.seconds_per_byte
         log.warning("job %d: %d stages, cross-minipod boundaries %s; latency %.3g s, %.3g s per "
                     "message of %.3g bytes", from_job, stages, sorted(cross) or "none",
@@ -171,47 +166,6 @@ def pipeline(stages: int | None, microbatches: int | None, tf: str, tb: str, tw:
         click.echo(json.dumps(docs[0] if name != "all" else docs))
         return
     _print(docs)
-
-
-def run(model: Any, name: str, *, chunks: int = 2,
-        time_limit: float = 60.0) -> tuple[dict[str, Any], Any, Any]:
-    """Generate and simulate one schedule: (its JSON object, the simulation, the model used)."""
-    from slurm_arnold.pipeline.greedy import greedy
-    from slurm_arnold.pipeline.schedules import FUSED, STATIC
-    from slurm_arnold.pipeline.simulate import simulate
-
-    extra: dict[str, Any] = {}
-    used = model if name == "greedy" else replace(model, sub_blocks=1)
-    if name == "i1f1b":
-        used = replace(used, chunks=chunks, chunk_shape="loop")
-    elif name in STATIC:
-        used = replace(used, chunks=1)
-    limit = model.mem_limit if model.mem_limit is not None else model.stages * model.mem_b
-    if name in STATIC:
-        schedule = STATIC[name](used)
-    elif name == "greedy":
-        schedule = greedy(used, limit)
-    else:
-        from slurm_arnold.pipeline.solver import solve
-
-        solved = solve(used, greedy(used, limit), limit=limit, time_limit=time_limit)
-        schedule = solved.schedule
-        extra = {"dual_bound": round(solved.dual_bound, 6), "gap": round(solved.gap, 6),
-                 "status": solved.status, "solve_seconds": round(solved.seconds, 3),
-                 "warm_start_makespan": round(solved.warm_start, 6)}
-    result = simulate(used, schedule, fused_backward=name in FUSED)
-    doc = {"schedule": name, **result.summary(),
-           "order": [[b.label() for b in stage] for stage in schedule],
-           "mem_limit": model.mem_limit if name in STATIC else limit,
-           "t_f": list(used.times("F")), "t_b": list(used.times("B")),
-           "t_w": list(used.times("W")),
-           "critical_path": [step.as_json() for step in result.critical_path], **extra}
-    if used.chunks > 1:
-        doc["chunks"] = used.chunks
-        doc["chunk_shape"] = used.chunk_shape
-    if used.sub_blocks > 1:
-        doc["sub_blocks"] = used.sub_blocks
-    return doc, result, used
 
 
 def _solver_size(model: Any) -> bool:

@@ -14,6 +14,7 @@ from slurm_arnold.cli import main
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.pipeline.greedy import greedy
 from slurm_arnold.pipeline.model import Block, PipelineModel, dependency
+from slurm_arnold.pipeline.run import run
 from slurm_arnold.pipeline.schedules import FUSED, STATIC
 from slurm_arnold.pipeline.simulate import Result, Schedule, simulate
 from slurm_arnold.pipeline.solver import solve
@@ -24,9 +25,7 @@ SIZES = [(2, 4), (3, 9), (4, 8), (4, 12), (8, 32)]
 
 
 def _bubble(model: PipelineModel, name: str) -> float:
-    used = replace(model, chunks=2) if name == "i1f1b" else model
-    result = simulate(used, STATIC[name](used), fused_backward=name in FUSED)
-    return result.makespan - model.work()
+    return run(model, name)[1].makespan - model.work()  # i1f1b: 2 chunks
 
 
 @pytest.mark.parametrize("tf,tb,tw", TIMES)

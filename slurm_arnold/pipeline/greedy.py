@@ -32,8 +32,7 @@ EPS = 1e-9
 def greedy(model: PipelineModel, mem_limit: float | None = None) -> Schedule:
     """The greedy schedule under ``mem_limit`` (default: the model's, else 1F1B's peak of
     ``p`` micro-batches)."""
-    limit = mem_limit if mem_limit is not None else (
-        model.mem_limit if model.mem_limit is not None else model.stages * model.mem_b)
+    limit = model.limit if mem_limit is None else mem_limit
     if limit + EPS < model.mem_b / model.sub_blocks:
         raise ArnoldError(f"--mem-limit {limit:g} is below one forward's activations through "
                           f"every chunk ({model.mem_b / model.sub_blocks:g}); nothing can run")

@@ -156,6 +156,12 @@ class PipelineModel:
                 for k in KINDS for q in range(self.sub_blocks)]
 
     @property
+    def limit(self) -> float:
+        """The memory limit the delay-aware schedules keep: ``mem_limit``, else 1F1B's peak
+        (``p`` micro-batches)."""
+        return self.mem_limit if self.mem_limit is not None else self.stages * self.mem_b
+
+    @property
     def last_part(self) -> int:
         """The part of a block whose end sends its message."""
         return self.sub_blocks - 1

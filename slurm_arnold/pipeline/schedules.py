@@ -22,6 +22,8 @@ makes them static); the simulator then runs them under the links' delays.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.pipeline.model import Block, PipelineModel
 from slurm_arnold.pipeline.simulate import Schedule
@@ -29,18 +31,7 @@ from slurm_arnold.pipeline.simulate import Schedule
 
 def one_f_one_b(model: PipelineModel) -> Schedule:
     """1F1B (W right after its B)."""
-    _one_chunk(model, "1f1b")
-    p, m = model.stages, model.microbatches
-    out = []
-    for s in range(p):
-        warm = min(p - 1 - s, m)
-        order = [Block("F", j) for j in range(warm)]
-        for j in range(m - warm):
-            order += [Block("F", warm + j), Block("B", j), Block("W", j)]
-        for j in range(m - warm, m):
-            order += [Block("B", j), Block("W", j)]
-        out.append(order)
-    return out
+    return _late_w(model, "1f1b", lambda s: 0)
 
 
 def interleaved(model: PipelineModel) -> Schedule:
@@ -78,25 +69,26 @@ def interleaved(model: PipelineModel) -> Schedule:
 
 def zb_h1(model: PipelineModel) -> Schedule:
     """ZB-H1: 1F1B's F and B order, stage ``s``'s W passes ``s`` micro-batches late."""
-    _one_chunk(model, "zbh1")
+    return _late_w(model, "zbh1", lambda s: s)
+
+
+def _late_w(model: PipelineModel, name: str, lag: Callable[[int], int]) -> Schedule:
+    """1F1B's forwards and input gradients (``p - 1 - s`` forwards first, then one forward
+    per backward), with stage ``s``'s W passes ``lag(s)`` micro-batches late and the late ones
+    at the end."""
+    _one_chunk(model, name)
     p, m = model.stages, model.microbatches
     out = []
     for s in range(p):
-        warm = min(p - 1 - s, m)
-        lag = min(s, m)
+        warm, late = min(p - 1 - s, m), min(lag(s), m)
         order = [Block("F", j) for j in range(warm)]
-        w_next = 0
-        for j in range(m - warm):
-            order += [Block("F", warm + j), Block("B", j)]
-            if j >= lag:
-                order.append(Block("W", w_next))
-                w_next += 1
-        for j in range(m - warm, m):
+        for j in range(m):
+            if warm + j < m:
+                order.append(Block("F", warm + j))
             order.append(Block("B", j))
-            if j >= lag:
-                order.append(Block("W", w_next))
-                w_next += 1
-        order += [Block("W", j) for j in range(w_next, m)]
+            if j >= late:
+                order.append(Block("W", j - late))
+        order += [Block("W", j) for j in range(m - late, m)]
         out.append(order)
     return out
 

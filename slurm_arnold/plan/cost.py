@@ -166,11 +166,6 @@ def state_bytes_per_gpu(model: ModelSpec, layout: Layout) -> float:
     return _state_bytes(model, layout, model.layers / layout.pp, model.embedding_params())
 
 
-def memory_bytes(model: ModelSpec, layout: Layout, microbatches: int | None = None) -> float:
-    """Peak bytes on the fullest GPU: states plus in-flight activations, per stage."""
-    return max(stage_memory_bytes(model, layout, microbatches))
-
-
 LEAF_NODES = 32  # nodes under one leaf switch when the topology does not say
 LEVELS = ("nvlink", "leaf", "core")  # the network levels the planner tells apart
 
@@ -376,23 +371,11 @@ def _embeddings(model: ModelSpec, pp: int) -> list[float]:
     return out
 
 
-def in_flight(k: int, pp: int, microbatches: int | None, interleave: int) -> float:
+def in_flight(k: int, pp: int, microbatches: int, interleave: int) -> float:
     """Micro-batches whose activations stage ``k`` holds at the 1F1B peak: ``p - k`` (at most
     ``m``); interleaved, ``(p - 1)/v`` more chunks' worth (Narayanan et al., SC'21)."""
-    held = pp - k if microbatches is None else min(pp - k, microbatches)
+    held = min(pp - k, microbatches)
     return float(held) if interleave == 1 else held + (pp - 1) / interleave
-
-
-def stage_memory_bytes(model: ModelSpec, layout: Layout,
-                       microbatches: int | None = None) -> list[float]:
-    """Peak bytes on a GPU of each stage (states and in-flight activations)."""
-    _check_cut(model, layout)
-    state = _state_bytes(model, layout, 1, 0)
-    act = activation_bytes_per_layer(model, layout)
-    emb = _embeddings(model, layout.pp)
-    return [n * (state + act * in_flight(k, layout.pp, microbatches, layout.interleave))
-            + _state_bytes(model, layout, 0, emb[k])
-            for k, n in enumerate(layout.stage_layers(model.layers))]
 
 
 def allreduce_seconds(size: float, n: int, bandwidth: float, latency: float) -> float:
