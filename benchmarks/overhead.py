@@ -65,4 +65,19 @@ def markdown(result: dict[str, Any], command: str) -> str:
         f"arnold-sbatch **{result['arnold_sbatch_median_s']} s**: overhead "
         f"**{result['overhead_median_s']} s** (x{result['ratio']}); target <= 1 s: "
         f"{'met' if result['target_met'] else 'NOT met'}.",
+        *_multi_user_lines(result.get("multi_user")),
     ])
+
+
+def _multi_user_lines(m: dict[str, Any] | None) -> list[str]:
+    if m is None:
+        return []
+    return [
+        f"- many users at once (`benchmarks/multiuser.py`): {m['users']} Unix users x "
+        f"{m['per_user']} concurrent held {m['nodes_per_job']}-node TP8 x PP2 submissions "
+        "through the site install (run with `runuser`, only HOME, PATH and SLURM_CONF set): "
+        f"latency p50 **{m['p50_s']} s**, p95 **{m['p95_s']} s**, max {m['max_s']} s; "
+        f"{m['submitted']} submitted, {m['failed']} failed, "
+        f"{len(m['shared_node_pairs'])} pairs of jobs sharing a node; target p95 <= 5 s on "
+        f"this 2-core machine: {'met' if m['target_met'] else 'NOT met'}.",
+    ]

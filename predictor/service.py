@@ -128,7 +128,8 @@ def queue_load(jobs: Sequence[JobInfo], user: str, exclude: int | None = None) -
 def retrain_lock(state_dir: Path) -> Iterator[None]:
     """Non-blocking exclusive lock: a second ``retrain`` refuses instead of queueing."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(state_dir / "retrain.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(state_dir / "retrain.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

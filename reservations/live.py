@@ -33,7 +33,6 @@ import json
 import logging
 import math
 import os
-import pwd
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -55,13 +54,14 @@ from reservations.policy import (
     lpj_layout,
 )
 from site_config import SiteConfig
-from site_config.settings import site_admins
+from slurm_arnold.admins import NotAdmin, require_admin
 from slurm_arnold.cluster import ClusterView, live_cluster
 from slurm_arnold.errors import ArnoldError, InfeasibleError, SlurmError
 from slurm_arnold.placement import JobShape, place
 from slurm_arnold.slurm import UNAVAILABLE_FLAGS, JobInfo, Reservation, Slurm
 from slurm_arnold.state import StateDB
 
+__all__ = ["NotAdmin", "Reserver", "require_admin"]
 log = logging.getLogger(__name__)
 PREFIX = "arnold_"
 ALIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED",
@@ -71,10 +71,6 @@ ALIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEU
 # like any other).
 OUT_OF_SERVICE = UNAVAILABLE_FLAGS - {"COMPLETING", "PLANNED"}
 WAITING_FOR_NODES = ("Resources", "Priority", "None", "ReqNodeNotAvail", "Reservation")
-
-
-class NotAdmin(ArnoldError):
-    """An admin-only action was asked for by someone else."""
 
 
 def reservation_name(job_id: int) -> str:
@@ -88,24 +84,6 @@ def lpj_of(name: str) -> int | None:
     return int(rest) if name.startswith(PREFIX) and rest.isdigit() else None
 
 
-def require_admin(slurm: Slurm, action: str) -> str:
-    """The caller's name, or ``NotAdmin``: root, Slurm's ``SlurmUser``, or a name in the site
-    file's ``reservation.admins`` (the site file only: a user's own config or environment
-    cannot make them an admin). Slurm checks again on every change we ask for."""
-    # From the uid, not $USER/$LOGNAME (getpass.getuser), which the caller sets at will.
-    user = pwd.getpwuid(os.geteuid()).pw_name
-    if os.geteuid() == 0 or user in site_admins():
-        return user
-    try:
-        if user == slurm.slurm_user():
-            return user
-    except SlurmError:
-        pass
-    raise NotAdmin(f"`arnold reserve {action}` is for cluster admins (root, SlurmUser, or "
-                   f"reservation.admins in the site's arnold.toml); you are {user}. Ask an "
-                   "admin, or use `arnold reserve plan` to see what it would do")
-
-
 def lpj_shape(nodes: int, gpus_per_node: int) -> JobShape:
     """The layout assumed for an LPJ whose layout we do not know (``policy.lpj_layout``)."""
     pp, dp = lpj_layout(nodes)
@@ -116,7 +94,9 @@ class LivePredictor:
     """Upper-quantile run-time predictions of live jobs: the serving model when there is one,
     else each job's time limit (``requested``)."""
 
-    def __init__(self, config: SiteConfig, state: StateDB, jobs: Sequence[JobInfo]) -> None:
+    def __init__(self, config: SiteConfig, state: StateDB | None,
+                 jobs: Sequence[JobInfo]) -> None:
+        """``state`` is the site's database (opened read-only on first need when ``None``)."""
         self.config = config
         self._loaded = False
         self._model: JctModel | None = None
@@ -165,6 +145,10 @@ class LivePredictor:
 
             history = self._history.get(job.user)
             if history is None:
+                if self.state is None:
+                    from slurm_arnold.site_state import open_site_db
+
+                    self.state = open_site_db(self.config)
                 history = self._history[job.user] = load_history(self.state, user=job.user)
             submit = job.submit_time or int(time.time())
             record = JobRecord(str(job.job_id), job.user, "", job.partition, "", job.name,
@@ -335,6 +319,7 @@ class Reserver:
         the same nodes."""
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.config.state_dir / "reserve.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        os.fchmod(fd, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

@@ -81,7 +81,14 @@ class SiteConfig(BaseSettings):
         env_prefix="ARNOLD_", env_nested_delimiter="__", extra="forbid"
     )
 
-    state_dir: Path = Field(default_factory=_default_state_dir)
+    state_dir: Path = Field(default_factory=_default_state_dir, description=(
+        "the site's state, written by the admin side only: reservations, admissions, the "
+        "job history, the serving model, the site-wide submit lock"))
+    jobs_dir: Path | None = Field(default=None, description=(
+        "each user's placements and rank files, in <jobs_dir>/<user>/ (default: "
+        "<state_dir>/jobs); on a file system the compute nodes see"))
+    lock_timeout_s: float = Field(default=120.0, gt=0, description=(
+        "how long arnold-sbatch waits for the site-wide submit lock before giving up"))
     minipod_level: int = Field(
         default=1, ge=0, description="switch level that forms a minipod (0 = leaf switches)"
     )
@@ -104,8 +111,13 @@ class SiteConfig(BaseSettings):
 
     @property
     def db_path(self) -> Path:
-        """The SQLite state database."""
+        """The site's SQLite state database (written by the admin side only)."""
         return self.state_dir / "arnold.db"
+
+    @property
+    def users_dir(self) -> Path:
+        """The parent of every user's own directory (``jobs_dir`` or ``<state_dir>/jobs``)."""
+        return self.jobs_dir or self.state_dir / "jobs"
 
 
 def site_config_path() -> Path:

@@ -193,19 +193,27 @@ def bench_fidelity(quick: bool, n_jobs: int, first: int, scale: float, data: str
 
 
 @bench.command("sbatch")
-@click.option("--quick", is_flag=True, help="A smoke run: 2 pairs (no docs).")
+@click.option("--quick", is_flag=True, help="A smoke run: 2 pairs, 2 users x 2 (no docs).")
 @click.option("--runs", type=click.IntRange(min=1), default=9, show_default=True,
               help="Pairs of submissions (sbatch, arnold-sbatch).")
+@click.option("--multi-user/--no-multi-user", default=True, show_default=True,
+              help="Also 3 users x 5 concurrent submissions through the site install "
+                   "(root: makes the users).")
 @click.option("--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md",
               show_default=True, help="Where the full run writes its section.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def bench_sbatch(quick: bool, runs: int, docs: str, as_json: bool) -> None:
-    """Median wall time of arnold-sbatch vs plain sbatch for a 16-node job (live cluster)."""
+def bench_sbatch(quick: bool, runs: int, multi_user: bool, docs: str, as_json: bool) -> None:
+    """Median wall time of arnold-sbatch vs plain sbatch for a 16-node job, and the latency of
+    many users submitting at once (live cluster)."""
+    from benchmarks import multiuser
     from benchmarks.overhead import markdown, run
     from benchmarks.placement import write_section
 
     result = run(2 if quick else runs,
                  progress=lambda what: click.echo(f"arnold: bench sbatch: {what}", err=True))
+    if multi_user:
+        users = multiuser.USERS[:2] if quick else multiuser.USERS
+        result["multi_user"] = multiuser.bench(per_user=2 if quick else 5, users=users)
     if not quick:
         write_section(Path(docs), "sbatch-overhead",
                       markdown(result, f"arnold bench sbatch --runs {runs}"))
@@ -214,6 +222,11 @@ def bench_sbatch(quick: bool, runs: int, docs: str, as_json: bool) -> None:
         return
     click.echo(f"sbatch {result['sbatch_median_s']} s, arnold-sbatch "
                f"{result['arnold_sbatch_median_s']} s: overhead {result['overhead_median_s']} s")
+    if "multi_user" in result:
+        m = result["multi_user"]
+        click.echo(f"{m['users']} users x {m['per_user']} at once: p50 {m['p50_s']} s, p95 "
+                   f"{m['p95_s']} s; {len(m['shared_node_pairs'])} pairs sharing nodes, "
+                   f"{m['failed']} failed")
 
 
 @bench.command("plan")

@@ -374,11 +374,12 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list.")
 def jobs_cmd(limit: int, as_json: bool) -> None:
     """Jobs submitted through arnold-sbatch: shape, placement, spreads, rank-order file."""
-    from slurm_arnold.state import StateDB
+    from slurm_arnold.site_state import open_user_db
 
     config = load_config()
+    db = open_user_db(config)
     rows = []
-    for r in StateDB(config.db_path).jobs(limit=limit):
+    for r in db.jobs(limit=limit):
         spec = json.loads(r["spec"] or "{}")
         placement = json.loads(r["placement"] or "{}")
         rows.append({
@@ -391,7 +392,7 @@ def jobs_cmd(limit: int, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows))
         return
-    table = Table(title=f"arnold jobs ({config.db_path})")
+    table = Table(title=f"arnold jobs ({db.path})")
     for col in ("job", "user", "status", "TPxPPxDP", "placement", "DP/PP spread", "nodes",
                 "rank-order file"):
         table.add_column(col)
@@ -431,10 +432,10 @@ def _progress() -> Any:
 def _import(source: str, items: Any, total: int | None) -> None:
     """Import records into the state database with a progress bar; report on stderr."""
     from predictor.history import import_records
-    from slurm_arnold.state import StateDB
+    from slurm_arnold.site_state import open_site_db
 
     config = load_config()
-    state = StateDB(config.db_path)
+    state = open_site_db(config, write=True)
     with _progress() as bar:
         task = bar.add_task(f"importing {source}", total=total)
         report = import_records(state, source, items,
@@ -495,12 +496,12 @@ def predictor_evaluate(swf_file: str | None, csv_file: str | None, from_db: bool
     from predictor.evaluate import evaluate
     from predictor.history import load_history
     from predictor.swf import BadLine, JobRecord
-    from slurm_arnold.state import StateDB
+    from slurm_arnold.site_state import open_site_db
 
     if from_db:
         if swf_file or csv_file:
             raise click.UsageError("give one of --swf, --csv and --db")
-        items: list[Any] = load_history(StateDB(load_config().db_path))
+        items: list[Any] = load_history(open_site_db(load_config()))
     else:
         items = _read_log(swf_file, csv_file)
     jobs = [i for i in items if isinstance(i, JobRecord)]
@@ -548,14 +549,22 @@ def predictor_predict(job_id: int | None, user: str | None, time_limit: str | No
     from predictor.history import load_history
     from predictor.service import job_from_queue, load_serving, predict_job, queue_load
     from predictor.swf import JobRecord
+    from slurm_arnold.site_state import caller, open_site_db
     from slurm_arnold.slurm import parse_time_limit
-    from slurm_arnold.state import StateDB
 
     config = load_config()
-    model = load_serving(config)
     load_now = None
     if job_id is not None:
-        job, load_now = job_from_queue(Slurm(), job_id)
+        slurm = Slurm()
+        job, load_now = job_from_queue(slurm, job_id)
+        if job.user != caller():
+            from slurm_arnold.admins import NotAdmin, require_admin
+
+            try:
+                require_admin(slurm, "predictor predict --job")
+            except NotAdmin:
+                raise ArnoldError(f"job {job_id} belongs to {job.user}; only {job.user} or an "
+                                  "admin may see its prediction") from None
     else:
         if time_limit is None:
             raise click.UsageError("give --job ID or a job spec with at least --time")
@@ -566,6 +575,7 @@ def predictor_predict(job_id: int | None, user: str | None, time_limit: str | No
         job = JobRecord("spec", user or getpass.getuser(), group, partition, qos, "",
                         int(clock.time()), None, None, None, None, procs, seconds,
                         "PENDING", None)
+    model = load_serving(config)
     if load_now is None:
         try:
             load_now = queue_load(Slurm().jobs(), job.user)
@@ -574,7 +584,7 @@ def predictor_predict(job_id: int | None, user: str | None, time_limit: str | No
                        err=True)
             load_now = {"active": 0.0, "running": 0.0, "u_active": 0.0}
     # Only the user's own history matters once the load comes from the queue.
-    history = load_history(StateDB(config.db_path), user=job.user)
+    history = load_history(open_site_db(config), user=job.user)
     pred = predict_job(model, job, history, load_now)
     if as_json:
         click.echo(json.dumps(pred.as_dict()))
@@ -597,10 +607,11 @@ def predictor_predict(job_id: int | None, user: str | None, time_limit: str | No
 def predictor_retrain(since: str | None, no_import: bool, force: bool, as_json: bool) -> None:
     """Import finished jobs from sacct, retrain, and swap the model in if it is not worse."""
     from predictor.service import retrain
-    from slurm_arnold.state import StateDB
+    from slurm_arnold.site_state import open_site_db
 
     config = load_config()
-    result = retrain(config, StateDB(config.db_path), slurm=None if no_import else Slurm(),
+    result = retrain(config, open_site_db(config, write=True),
+                     slurm=None if no_import else Slurm(),
                      since=since, force=force)
     if as_json:
         click.echo(json.dumps(result))
@@ -619,11 +630,13 @@ def _register() -> None:
     from slurm_arnold.pipeline_cli import pipeline
     from slurm_arnold.plan_cli import plan
     from slurm_arnold.reserve_cli import reserve
+    from slurm_arnold.site_cli import site
 
     main.add_command(bench)
     main.add_command(pipeline)
     main.add_command(plan)
     main.add_command(reserve)
+    main.add_command(site)
 
 
 _register()

@@ -79,8 +79,9 @@ class SlurmConfMissing(ArnoldError):
 
     def __init__(self, path: str) -> None:
         self.path = path
+        what = f"SLURM_CONF={path} does not exist" if path else "SLURM_CONF is set but empty"
         super().__init__(
-            f"SLURM_CONF={path} does not exist; point it at the cluster's slurm.conf (the local "
+            f"{what}; point it at the cluster's slurm.conf (the local "
             "cluster: source devcluster.env) or unset it"
         )
 

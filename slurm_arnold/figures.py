@@ -16,6 +16,7 @@ def save_figure(fig: Any, path: Path, option: str, **savefig: Any) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, **savefig)
+        path.chmod(0o644)  # a picture to share, whatever the umask
     except OSError as exc:
         raise ArnoldError(f"cannot write {path} ({exc.strerror or exc}); give {option} a "
                           "path you can write") from None

@@ -194,7 +194,7 @@ def _links(text: str | None) -> frozenset[int]:
 def _from_job(job_id: int, topology_file: str | None, stages: int | None) -> Any:
     """The job's ``JobLinks`` from its recorded placement and the topology."""
     from slurm_arnold.pipeline.links import links_from_job
-    from slurm_arnold.state import StateDB
+    from slurm_arnold.site_state import open_user_db
     from slurm_arnold.topology import read_topology_file
 
     config = load_config()
@@ -205,7 +205,7 @@ def _from_job(job_id: int, topology_file: str | None, stages: int | None) -> Any
         from slurm_arnold.slurm import Slurm
 
         topology = live_cluster(Slurm(), minipod_level=config.minipod_level).topology
-    links = links_from_job(StateDB(config.db_path), job_id, topology, config.network)
+    links = links_from_job(open_user_db(config), job_id, topology, config.network)
     if stages is not None and stages != links.stages:
         raise ArnoldError(f"--stages {stages} but job {job_id} has {links.stages} stages; "
                           "drop --stages")

@@ -16,18 +16,34 @@ from site_config import load_config
 from slurm_arnold.errors import ArnoldError
 
 
-def _reserver() -> Any:
+def _reserver(admin_action: str | None = None) -> Any:
+    """The reserver over the site's state: read-only for everyone, written only after the
+    caller is found to be an admin (``admin_action``)."""
     from reservations.live import Reserver
-    from slurm_arnold.state import StateDB
+    from slurm_arnold.admins import require_admin
+    from slurm_arnold.site_state import open_site_db
+    from slurm_arnold.slurm import Slurm
 
     config = load_config()
-    return Reserver(config, StateDB(config.db_path))
+    slurm = Slurm()
+    if admin_action is not None:
+        require_admin(slurm, f"reserve {admin_action}")
+    return Reserver(config, open_site_db(config, write=admin_action is not None), slurm)
 
 
-def _admin(reserver: Any, action: str) -> None:
-    from reservations.live import require_admin
+def _own_job_or_admin(reserver: Any, job_id: int, action: str) -> None:
+    """Refuse ``action`` on another user's job unless the caller is an admin."""
+    from slurm_arnold.admins import NotAdmin, require_admin
+    from slurm_arnold.site_state import caller
 
-    require_admin(reserver.slurm, action)
+    job = next((j for j in reserver.slurm.jobs() if j.job_id == job_id), None)
+    if job is None or job.user == caller():
+        return
+    try:
+        require_admin(reserver.slurm, f"reserve {action}")
+    except NotAdmin:
+        raise ArnoldError(f"job {job_id} belongs to {job.user}; only {job.user} or an admin "
+                          f"may run `arnold reserve {action}` on it") from None
 
 
 def _when(t: float | None) -> str:
@@ -70,6 +86,7 @@ def reserve_list(as_json: bool) -> None:
 def reserve_plan(job_id: int, as_json: bool) -> None:
     """Where LPJ JOB_ID would be reserved, and why (a dry run: changes nothing)."""
     reserver = _reserver()
+    _own_job_or_admin(reserver, job_id, "plan")
     plan = reserver.plan(job_id)
     doc = plan.as_json()
     if as_json:
@@ -95,8 +112,7 @@ def reserve_plan(job_id: int, as_json: bool) -> None:
 @click.argument("job_id", type=int)
 def reserve_create(job_id: int) -> None:
     """Reserve LPJ JOB_ID's planned nodes now and bind it (admin)."""
-    reserver = _reserver()
-    _admin(reserver, "create")
+    reserver = _reserver("create")
     with reserver.lock():
         name = reserver.create(job_id)
     for line in reserver.actions:
@@ -110,8 +126,7 @@ def reserve_release(target: str) -> None:
     """Delete our reservation TARGET (its name, or its LPJ's job id) (admin)."""
     from reservations.live import reservation_name
 
-    reserver = _reserver()
-    _admin(reserver, "release")
+    reserver = _reserver("release")
     name = reservation_name(int(target)) if target.isdigit() else target
     names = {r["name"] for r in reserver.listing()}
     if name not in names:
@@ -130,8 +145,7 @@ def reserve_release(target: str) -> None:
 def reserve_sync(as_json: bool) -> None:
     """One idempotent pass: make missing reservations, admit or refuse short jobs, delete
     reservations whose LPJ is gone (admin; run every minute from cron or scrontab)."""
-    reserver = _reserver()
-    _admin(reserver, "sync")
+    reserver = _reserver("sync")
     with reserver.lock():
         actions = reserver.sync()
     if as_json:

@@ -18,6 +18,12 @@ from slurm_arnold.errors import ArnoldError
 from slurm_arnold.submit.flow import submit
 
 
+def _exit_error() -> int:
+    """sbatch's own rule: ``SLURM_EXIT_ERROR`` when it is a number, else 1."""
+    text = os.environ.get("SLURM_EXIT_ERROR", "").strip()
+    return int(text) if text.isdigit() else 1
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of ``arnold-sbatch``."""
     args = sys.argv[1:] if argv is None else argv
@@ -28,5 +34,5 @@ def main(argv: list[str] | None = None) -> None:
         code = submit(args, load_config())
     except ArnoldError as exc:
         print(f"arnold-sbatch: error: {exc}", file=sys.stderr)
-        code = int(os.environ.get("SLURM_EXIT_ERROR", "1"))
+        code = _exit_error()
     sys.exit(code)

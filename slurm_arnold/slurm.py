@@ -449,7 +449,7 @@ class Slurm:
         """Run one Slurm command; raise ``SlurmError`` when it fails and ``check`` is set."""
         cmd = list(args)
         conf = self.env.get("SLURM_CONF")
-        if conf and not os.path.isfile(conf):
+        if conf is not None and not os.path.isfile(conf):
             # Slurm's commands would look for a configless controller first and give up only
             # after a minute: say what is wrong at once.
             raise SlurmConfMissing(conf)

@@ -1,17 +1,28 @@
-"""The state database: one SQLite file (WAL) owned by this module, migrated by sqlite-utils.
+"""The state databases: SQLite files owned by this module, migrated by sqlite-utils.
 
-Later parts add their tables by registering migrations on ``MIGRATIONS`` here; migrations are
-applied in order, each in its own transaction, when the database is opened.
+Two of them (``slurm_arnold.site_state`` says where and why): the site's, written by the admin
+side and read by every user, and each user's own, written by that user's arnold-sbatch. Both
+have the same schema. Later parts add tables by registering migrations on ``MIGRATIONS`` here;
+migrations are applied in order, each in its own transaction, when a writer opens the file.
+
+Journal modes: a user's own database is WAL (concurrent readers never block its writer). The
+site database uses a rollback journal (``DELETE``): SQLite cannot open a WAL database read-only
+from a directory the reader may not write (it must create the ``-shm`` index there), and users
+may read the site's state but never write into its directory. Its writers are the admin
+side's few short passes, so WAL's concurrency would buy little there.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import sqlite_utils
 from sqlite_utils.migrations import Migrations
@@ -19,6 +30,7 @@ from sqlite_utils.migrations import Migrations
 from slurm_arnold.errors import StateError
 
 MIGRATIONS = Migrations("slurm_arnold")
+log = logging.getLogger(__name__)
 
 
 @MIGRATIONS(name="0001_jobs")
@@ -71,20 +83,34 @@ def _create_reservations(db: sqlite_utils.Database) -> None:
     db["admissions"].create_index(["job_id", "reservation"])  # type: ignore[union-attr]
 
 
-class StateDB:
-    """The project's SQLite state (WAL, busy timeout, migrations applied on open).
+#: Mode of every database file we create (the -journal/-wal/-shm files follow it).
+DB_FILE_MODE = 0o644
+READONLY_HINT = ("it is written by the admin side only (`arnold reserve sync`, `arnold "
+                 "predictor retrain`, `arnold site init`)")
 
-    Raises ``StateError`` when the file cannot be opened or is not a database.
+
+class StateDB:
+    """The project's SQLite state (busy timeout, migrations applied on open by writers).
+
+    ``journal`` is ``wal`` (a user's own database) or ``delete`` (the site's, which others
+    open with ``readonly=True``). Raises ``StateError`` when the file cannot be opened, is
+    not a database, or a read-only caller finds its schema older than this program's.
     """
 
-    def __init__(self, path: Path | str, *, busy_timeout_ms: int = 30_000) -> None:
+    def __init__(self, path: Path | str, *, busy_timeout_ms: int = 30_000,
+                 journal: Literal["wal", "delete"] = "wal", readonly: bool = False) -> None:
         self.path = Path(path)
+        self.journal = journal
+        self.readonly = readonly
         deadline = time.monotonic() + busy_timeout_ms / 1000
         while True:
             try:
                 self._open(busy_timeout_ms)
                 return
             except sqlite3.OperationalError as exc:
+                if "readonly" in str(exc) or (readonly and "unable to open" in str(exc)):
+                    raise StateError(f"{self.path}: cannot open the state database ({exc}); "
+                                     f"{READONLY_HINT}") from None
                 # Switching a new file to WAL needs a moment of exclusive access, and SQLite
                 # reports "locked" at once, without the busy handler, when several processes
                 # create the database together: retry until the busy timeout.
@@ -106,18 +132,56 @@ class StateDB:
                 ) from None
 
     def _open(self, busy_timeout_ms: int) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(self.path), timeout=busy_timeout_ms / 1000,
-                               isolation_level=None)
+        if self.readonly:
+            uri = f"file:{urllib.parse.quote(str(self.path))}?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_ms / 1000,
+                                   isolation_level=None)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # The file is made here with its mode, not by SQLite with the caller's umask
+            # (SQLite gives its -journal, -wal and -shm files the database file's mode).
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, DB_FILE_MODE)
+            except FileExistsError:
+                pass
+            else:
+                os.fchmod(fd, DB_FILE_MODE)
+                os.close(fd)
+            conn = sqlite3.connect(str(self.path), timeout=busy_timeout_ms / 1000,
+                                   isolation_level=None)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            conn.execute("PRAGMA journal_mode = WAL")
+            if not self.readonly:
+                self._set_journal(conn)
             conn.execute("PRAGMA foreign_keys = ON")
             self.db = sqlite_utils.Database(conn)
-            self._migrate()
+            if self.readonly:
+                if MIGRATIONS.pending(self.db):
+                    raise StateError(f"{self.path}: the state database is older than this "
+                                     "arnold; an admin runs `arnold site init` to upgrade it")
+            else:
+                self._migrate()
         except BaseException:
             conn.close()
             raise
+
+    def _set_journal(self, conn: sqlite3.Connection) -> None:
+        """Switch to this database's journal mode unless it is in it already. Leaving WAL
+        needs every other connection closed; while one is open the mode stays as it is (both
+        keep every transaction whole) and the next opening switches it."""
+        current = str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+        if current == self.journal:
+            return
+        busy = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        conn.execute("PRAGMA busy_timeout = 200")
+        try:
+            conn.execute(f"PRAGMA journal_mode = {self.journal.upper()}")
+        except sqlite3.OperationalError as exc:
+            if current != "wal" or "locked" not in str(exc):
+                raise
+            log.debug("%s: stays in WAL mode while another connection is open", self.path)
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {int(busy)}")
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite_utils.Database]:
@@ -128,7 +192,12 @@ class StateDB:
         writers wait their turn (up to the busy timeout) instead. sqlite-utils operations inside
         nest as savepoints.
         """
-        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if "readonly" in str(exc):
+                raise StateError(f"{self.path}: cannot write ({exc}); {READONLY_HINT}") from None
+            raise
         try:
             yield self.db
         except BaseException:

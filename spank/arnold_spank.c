@@ -7,7 +7,11 @@
  * MASTER_ADDR, MASTER_PORT, ARNOLD_TP_RANK, ARNOLD_PP_RANK, ARNOLD_DP_RANK and
  * ARNOLD_PLACEMENT_ID. A malformed or unreadable file fails the task with
  * "arnold: <file>: line N: <problem>". The file is opened with the user's own rights, so the
- * plugin never reads anything the user could not.
+ * plugin never reads anything the user could not. It is trusted only when it and its directory
+ * belong to the job's user (or root) and nobody else may change them (the directory may be
+ * others-writable only when sticky), and when its nodes are exactly the job's allocation
+ * (SLURM_JOB_NODELIST): a file made for other nodes, or one another user could have written,
+ * fails the task.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -65,9 +69,48 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 	return 0;
 }
 
-static char *read_file(const char *path, size_t *len, char *why, size_t whylen)
+/* Whether a file or directory of `st` could have been written by someone but `uid` or root. */
+static const char *foreign_writer(const struct stat *st, uid_t uid, int is_dir)
+{
+	if (st->st_uid != uid && st->st_uid != 0)
+		return "belongs to another user";
+	if ((st->st_mode & (S_IWGRP | S_IWOTH)) && !(is_dir && (st->st_mode & S_ISVTX)))
+		return "is writable by other users";
+	return NULL;
+}
+
+static int check_dir(const char *path, uid_t uid, char *why, size_t whylen)
+{
+	char dir[PATH_MAX_LEN + 1];
+	const char *slash = strrchr(path, '/');
+	const char *problem;
+	struct stat st;
+	size_t n;
+
+	if (!slash) {
+		dir[0] = '.';
+		dir[1] = '\0';
+	} else {
+		n = slash == path ? 1 : (size_t)(slash - path);
+		memcpy(dir, path, n);
+		dir[n] = '\0';
+	}
+	if (stat(dir, &st) != 0) {
+		snprintf(why, whylen, "cannot stat its directory: %s", strerror(errno));
+		return -1;
+	}
+	problem = foreign_writer(&st, uid, 1);
+	if (problem) {
+		snprintf(why, whylen, "its directory %.100s %s; not trusted", dir, problem);
+		return -1;
+	}
+	return 0;
+}
+
+static char *read_file(const char *path, uid_t uid, size_t *len, char *why, size_t whylen)
 {
 	struct stat st;
+	const char *problem;
 	char *buf;
 	size_t got = 0;
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
@@ -78,6 +121,17 @@ static char *read_file(const char *path, size_t *len, char *why, size_t whylen)
 	}
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
 		snprintf(why, whylen, "not a regular file");
+		close(fd);
+		return NULL;
+	}
+	problem = foreign_writer(&st, uid, 0);
+	if (problem) {
+		snprintf(why, whylen, "%s; not trusted (it must be yours and writable only by you)",
+			 problem);
+		close(fd);
+		return NULL;
+	}
+	if (check_dir(path, uid, why, whylen) != 0) {
 		close(fd);
 		return NULL;
 	}
@@ -131,6 +185,8 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 {
 	char path[PATH_MAX_LEN + 1];
 	char node[ARNOLD_MAX_NAME + 2];
+	static char nodelist[ARNOLD_MAX_NODELIST + 1];
+	uid_t uid;
 	char why[200];
 	struct arnold_header hdr;
 	struct arnold_entry e;
@@ -161,12 +217,23 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 		slurm_error("arnold: %s: cannot tell the local task id", path);
 		return -1;
 	}
-	buf = read_file(path, &len, why, sizeof(why));
+	if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS) {
+		slurm_error("arnold: %s: cannot tell the job's user", path);
+		return -1;
+	}
+	if (spank_getenv(sp, "SLURM_JOB_NODELIST", nodelist, sizeof(nodelist)) != ESPANK_SUCCESS ||
+	    !*nodelist) {
+		slurm_error("arnold: %s: cannot tell the job's nodes (SLURM_JOB_NODELIST)", path);
+		return -1;
+	}
+	buf = read_file(path, uid, &len, why, sizeof(why));
 	if (!buf) {
 		slurm_error("arnold: %s: %s", path, why);
 		return -1;
 	}
 	rc = arnold_rankorder_lookup(buf, len, node, (uint32_t)task_id, &hdr, &e, &err);
+	if (rc == 0)
+		rc = arnold_rankorder_nodes_match(buf, len, nodelist, &err);
 	free(buf);
 	if (rc != 0) {
 		if (err.line)

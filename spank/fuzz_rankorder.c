@@ -24,8 +24,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	pick = data[0];
 	memset(&err, 0, sizeof(err));
-	(void)arnold_rankorder_lookup((const char *)data + 1, size - 1, nodes[pick & 3],
-				      (uint32_t)(pick >> 2), &hdr, &entry, &err);
+	if (arnold_rankorder_lookup((const char *)data + 1, size - 1, nodes[pick & 3],
+				    (uint32_t)(pick >> 2), &hdr, &entry, &err) == 0)
+		(void)arnold_rankorder_nodes_match((const char *)data + 1, size - 1,
+						   "n[001-002,016],node-a.b_c", &err);
+	/* The same bytes as a node list expression. */
+	{
+		static char list[4097];
+		static char names[64 * (ARNOLD_MAX_NAME + 1)];
+		size_t n = size - 1 < sizeof(list) - 1 ? size - 1 : sizeof(list) - 1;
+
+		memcpy(list, data + 1, n);
+		list[n] = '\0';
+		(void)arnold_hostlist_expand(list, names, 64, &err);
+	}
 	/* The message is always a terminated string. */
 	if (memchr(err.message, '\0', sizeof(err.message)) == NULL)
 		__builtin_trap();

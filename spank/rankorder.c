@@ -228,3 +228,190 @@ int arnold_rankorder_lookup(const char *buf, size_t len, const char *node,
 		return fail(err, 0, "no rank for node %s local rank %u", node, local_rank);
 	return 0;
 }
+
+#define NAME_SLOT (ARNOLD_MAX_NAME + 1)
+
+/* One host or one bracket expression "prefix[ranges]suffix" of `n` bytes at `item`. */
+static long expand_item(const char *item, size_t n, char *names, size_t max, size_t count,
+			struct arnold_error *err)
+{
+	const char *open = memchr(item, '[', n);
+	const char *close;
+	const char *p;
+	size_t pre, suf;
+
+	if (!open) {
+		if (!valid_name(item, n))
+			return fail(err, 0, "bad host name in node list");
+		if (count == max)
+			return fail(err, 0, "node list has more than %zu hosts", max);
+		memcpy(names + count * NAME_SLOT, item, n);
+		names[count * NAME_SLOT + n] = '\0';
+		return (long)count + 1;
+	}
+	close = memchr(open, ']', n - (size_t)(open - item));
+	if (!close || memchr(close + 1, '[', n - (size_t)(close + 1 - item)) ||
+	    memchr(close + 1, ']', n - (size_t)(close + 1 - item)))
+		return fail(err, 0, "node list: one bracket group per host name is understood");
+	pre = (size_t)(open - item);
+	suf = n - (size_t)(close + 1 - item);
+	p = open + 1;
+	if (p == close)
+		return fail(err, 0, "node list: empty brackets");
+	while (p < close) {
+		const char *q = p, *dash = NULL, *end;
+		unsigned long lo, hi, v;
+		size_t width, digits;
+		char num[16];
+
+		while (q < close && *q != ',') {
+			if (*q == '-' && !dash)
+				dash = q;
+			else if (*q < '0' || *q > '9')
+				return fail(err, 0, "node list: bad range inside brackets");
+			q++;
+		}
+		end = dash ? dash : q;
+		width = (size_t)(end - p);
+		if (width == 0 || width > 9 || (dash && (q - dash - 1 == 0 || q - dash - 1 > 9)))
+			return fail(err, 0, "node list: bad range inside brackets");
+		memcpy(num, p, width);
+		num[width] = '\0';
+		lo = strtoul(num, NULL, 10);
+		hi = lo;
+		if (dash) {
+			digits = (size_t)(q - dash - 1);
+			memcpy(num, dash + 1, digits);
+			num[digits] = '\0';
+			hi = strtoul(num, NULL, 10);
+		}
+		if (hi < lo || hi - lo >= max)
+			return fail(err, 0, "node list: bad range inside brackets");
+		for (v = lo; v <= hi; v++) {
+			char *dst;
+			int w;
+
+			if (count == max)
+				return fail(err, 0, "node list has more than %zu hosts", max);
+			w = snprintf(num, sizeof(num), "%0*lu", (int)width, v);
+			if (w < 0 || pre + (size_t)w + suf > ARNOLD_MAX_NAME)
+				return fail(err, 0, "bad host name in node list");
+			dst = names + count * NAME_SLOT;
+			memcpy(dst, item, pre);
+			memcpy(dst + pre, num, (size_t)w);
+			memcpy(dst + pre + (size_t)w, close + 1, suf);
+			dst[pre + (size_t)w + suf] = '\0';
+			if (!valid_name(dst, pre + (size_t)w + suf))
+				return fail(err, 0, "bad host name in node list");
+			count++;
+		}
+		p = q < close ? q + 1 : q;
+		if (q < close && p == close)
+			return fail(err, 0, "node list: bad range inside brackets");
+	}
+	return (long)count;
+}
+
+long arnold_hostlist_expand(const char *list, char *names, size_t max,
+			    struct arnold_error *err)
+{
+	size_t len = strnlen(list, ARNOLD_MAX_NODELIST + 1), start = 0, i, depth = 0;
+	long count = 0;
+
+	err->line = 0;
+	err->message[0] = '\0';
+	if (len == 0 || len > ARNOLD_MAX_NODELIST)
+		return fail(err, 0, "node list empty or longer than %d bytes", ARNOLD_MAX_NODELIST);
+	for (i = 0; i <= len; i++) {
+		char c = i < len ? list[i] : ',';
+
+		if (c == '[')
+			depth++;
+		else if (c == ']') {
+			if (depth == 0)
+				return fail(err, 0, "node list: unbalanced brackets");
+			depth--;
+		} else if (c == ',' && depth == 0) {
+			if (i == start)
+				return fail(err, 0, "node list: empty host name");
+			count = expand_item(list + start, i - start, names, max, (size_t)count, err);
+			if (count < 0)
+				return -1;
+			start = i + 1;
+		}
+	}
+	if (depth != 0)
+		return fail(err, 0, "node list: unbalanced brackets");
+	return count;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+	return strcmp((const char *)a, (const char *)b);
+}
+
+int arnold_rankorder_nodes_match(const char *buf, size_t len, const char *nodelist,
+				 struct arnold_error *err)
+{
+	char *names = malloc((size_t)ARNOLD_MAX_NODES * NAME_SLOT);
+	unsigned char *seen;
+	long count, k;
+	size_t pos = 0;
+	int in_ranks = 0, rc = 0;
+
+	if (!names)
+		return fail(err, 0, "out of memory");
+	count = arnold_hostlist_expand(nodelist, names, ARNOLD_MAX_NODES, err);
+	if (count < 0) {
+		free(names);
+		return -1;
+	}
+	qsort(names, (size_t)count, NAME_SLOT, cmp_name);
+	for (k = 1; k < count; k++)
+		if (strcmp(names + (size_t)(k - 1) * NAME_SLOT, names + (size_t)k * NAME_SLOT) == 0) {
+			fail(err, 0, "node list names %s twice", names + (size_t)k * NAME_SLOT);
+			free(names);
+			return -1;
+		}
+	seen = calloc((size_t)count + 1, 1);
+	if (!seen) {
+		free(names);
+		return fail(err, 0, "out of memory");
+	}
+	while (pos < len && rc == 0) {
+		const char *line = buf + pos, *nl = memchr(line, '\n', len - pos);
+		size_t n = nl ? (size_t)(nl - line) : len - pos;
+		char node[NAME_SLOT];
+		const char *sp, *sp2;
+		void *hit;
+
+		pos += n + 1;
+		if (!in_ranks) {
+			in_ranks = n == 5 && memcmp(line, "ranks", 5) == 0;
+			continue;
+		}
+		if (n == 0 || line[0] == '#')
+			continue;
+		sp = memchr(line, ' ', n);
+		sp2 = sp ? memchr(sp + 1, ' ', n - (size_t)(sp + 1 - line)) : NULL;
+		if (!sp || !sp2 || (size_t)(sp2 - sp - 1) > ARNOLD_MAX_NAME) {
+			rc = fail(err, 0, "rank line without a node name");
+			break;
+		}
+		memcpy(node, sp + 1, (size_t)(sp2 - sp - 1));
+		node[sp2 - sp - 1] = '\0';
+		hit = bsearch(node, names, (size_t)count, NAME_SLOT, cmp_name);
+		if (!hit)
+			rc = fail(err, 0, "node %s is not in the job's allocation: the file was made "
+				  "for other nodes", node);
+		else
+			seen[((char *)hit - names) / NAME_SLOT] = 1;
+	}
+	for (k = 0; rc == 0 && k < count; k++)
+		if (!seen[k])
+			rc = fail(err, 0, "node %s of the job's allocation has no rank in the file: "
+				  "the file was made for other nodes", names + (size_t)k * NAME_SLOT);
+	free(seen);
+	free(names);
+	return rc;
+}

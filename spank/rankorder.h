@@ -13,6 +13,8 @@
 #define ARNOLD_MAX_FILE ((size_t)256 << 20)
 #define ARNOLD_MAX_NAME 64           /* node name and placement id */
 #define ARNOLD_MAX_GROUP (1u << 20)  /* tp, pp, dp sizes */
+#define ARNOLD_MAX_NODES (1u << 16)  /* hosts in a job's node list */
+#define ARNOLD_MAX_NODELIST 65536    /* bytes of a node list expression */
 
 struct arnold_header {
 	uint32_t world_size;
@@ -40,5 +42,21 @@ struct arnold_error {
 int arnold_rankorder_lookup(const char *buf, size_t len, const char *node,
 			    uint32_t local_rank, struct arnold_header *hdr,
 			    struct arnold_entry *out, struct arnold_error *err);
+
+/*
+ * Check that the file's nodes (the node names of its rank lines) are exactly the hosts of
+ * `nodelist`, a Slurm hostlist expression such as "n[001-004,010],gpu7" (one bracket group
+ * per host name). The buffer must already have passed arnold_rankorder_lookup. Returns 0 when
+ * the two sets are equal; -1 otherwise, with *err naming a node found on one side only.
+ */
+int arnold_rankorder_nodes_match(const char *buf, size_t len, const char *nodelist,
+				 struct arnold_error *err);
+
+/*
+ * Expand a Slurm hostlist expression into at most `max` names of ARNOLD_MAX_NAME + 1 bytes
+ * each (`names` holds max * (ARNOLD_MAX_NAME + 1) bytes). Returns the count, or -1 with *err.
+ */
+long arnold_hostlist_expand(const char *list, char *names, size_t max,
+			    struct arnold_error *err);
 
 #endif

@@ -1,4 +1,7 @@
-/* rankorder-check FILE NODE LOCAL_RANK: what the plugin would export, or its error (exit 1). */
+/*
+ * rankorder-check FILE NODE LOCAL_RANK [NODELIST]: what the plugin would export, or its error
+ * (exit 1); with NODELIST, also the plugin's check that the file's nodes are exactly those.
+ */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -13,8 +16,8 @@ int main(int argc, char **argv)
 	size_t len;
 	FILE *f;
 
-	if (argc != 4) {
-		fprintf(stderr, "usage: rankorder-check FILE NODE LOCAL_RANK\n");
+	if (argc != 4 && argc != 5) {
+		fprintf(stderr, "usage: rankorder-check FILE NODE LOCAL_RANK [NODELIST]\n");
 		return 2;
 	}
 	f = fopen(argv[1], "rb");
@@ -25,7 +28,8 @@ int main(int argc, char **argv)
 	len = fread(buf, 1, sizeof(buf), f);
 	fclose(f);
 	if (arnold_rankorder_lookup(buf, len, argv[2], (uint32_t)strtoul(argv[3], NULL, 10), &hdr,
-				    &e, &err) != 0) {
+				    &e, &err) != 0 ||
+	    (argc == 5 && arnold_rankorder_nodes_match(buf, len, argv[4], &err) != 0)) {
 		if (err.line)
 			printf("arnold: %s: line %lu: %s\n", argv[1], err.line, err.message);
 		else

@@ -73,6 +73,10 @@ def test_missing_slurm_conf_says_how_to_fix(tmp_path: Path) -> None:
     assert proc.stderr.startswith(f"arnold: error: SLURM_CONF={tmp_path}/nope/slurm.conf does "
                                   "not exist;")
     assert len(proc.stderr.strip().splitlines()) == 1
+    env["SLURM_CONF"] = ""  # Slurm itself would retry for a minute on an empty one
+    proc = _run_arnold("topology", "show", env=env)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("arnold: error: SLURM_CONF is set but empty;")
 
 
 @pytest.mark.live

@@ -24,6 +24,8 @@ def test_second_up_restarts_nothing(slurm: Slurm) -> None:
     assert proc.returncode == 0, proc.stderr
     after = {p.name: p.read_text() for p in RUN.glob("*.pid")}
     assert before == after
-    env = (REPO / "devcluster.env").read_text()
-    assert env == f"export SLURM_CONF={RUN / 'etc' / 'slurm.conf'}\n"
+    env = (REPO / "devcluster.env").read_text().splitlines()
+    run = RUN.resolve()
+    assert env[0] == f"export SLURM_CONF={run / 'etc' / 'slurm.conf'}"
+    assert f"export PATH=$PATH:{run / 'venv' / 'bin'}" in env[1]  # the site install, last
     assert all(n.state == "IDLE" or n.gpus_used > 0 for n in slurm.nodes())

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from site_config import load_config
 from slurm_arnold.cli import main
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.pipeline.greedy import greedy
@@ -18,6 +19,7 @@ from slurm_arnold.pipeline.run import run
 from slurm_arnold.pipeline.schedules import FUSED, STATIC
 from slurm_arnold.pipeline.simulate import Result, Schedule, simulate
 from slurm_arnold.pipeline.solver import solve
+from slurm_arnold.site_state import open_user_db
 
 TIMES = [(1.0, 1.0, 1.0), (1.0, 2.0, 1.0), (1.0, 3.0, 1.0), (1.0, 1.0, 0.5),
          (1.5, 2.0, 0.7), (2.0, 3.0, 1.0), (1.0, 1.0, 0.25)]
@@ -231,14 +233,13 @@ def test_cli_json_keys_and_errors(tmp_path: Path, isolated_config: Path) -> None
 def test_from_job_finds_the_cross_minipod_boundaries(tmp_path: Path, isolated_config: Path,
                                                      monkeypatch: pytest.MonkeyPatch,
                                                      caplog: pytest.LogCaptureFixture) -> None:
-    from slurm_arnold.state import StateDB
 
     monkeypatch.setenv("ARNOLD_STATE_DIR", str(tmp_path / "state"))
     topo = tmp_path / "topology.conf"
     topo.write_text("SwitchName=l0 Nodes=n[1-2]\nSwitchName=l1 Nodes=n[3-4]\n"
                     "SwitchName=p0 Switches=l0\nSwitchName=p1 Switches=l1\n"
                     "SwitchName=core Switches=p[0-1]\n")
-    db = StateDB(tmp_path / "state" / "arnold.db")
+    db = open_user_db(load_config())  # arnold-sbatch records jobs in the user's own database
     assignment = [{"node": f"n{k + 1}", "pp": k, "dp": 0, "tp": [0, 8]} for k in range(4)]
     db.record_job({"user": "u", "slurm_job_id": 4242, "status": "submitted",
                    "spec": json.dumps({"tp": 8, "pp": 4, "dp": 1}),

@@ -60,7 +60,7 @@ def test_import_is_idempotent_and_reports_bad_lines(state_dir: Path, tmp_path: P
             "line 10: 3 fields") in err
     code, _, err = _run("predictor", "import", "swf", str(log))
     assert code == 0 and "imported 0 new jobs (600 already known" in err
-    assert len(load_history(StateDB(state_dir / "arnold.db"))) == 600
+    assert len(load_history(StateDB(state_dir / "arnold.db", journal="delete"))) == 600
 
 
 def test_csv_import_with_iso_times(state_dir: Path, tmp_path: Path) -> None:
@@ -74,7 +74,7 @@ def test_csv_import_with_iso_times(state_dir: Path, tmp_path: Path) -> None:
     code, _, err = _run("predictor", "import", "csv", str(path))
     assert code == 0, err
     assert "imported 1 new jobs" in err and "1 bad lines: line 3" in err
-    (job,) = load_history(StateDB(state_dir / "arnold.db"))
+    (job,) = load_history(StateDB(state_dir / "arnold.db", journal="delete"))
     assert (job.submit, job.start, job.end, job.gpus, job.time_limit) == (
         1767225600, 1767226200, 1767229800, 16, 3600)
 
@@ -128,7 +128,7 @@ def test_retrain_runs_never_overlap(state_dir: Path) -> None:
     config = load_config()
     busy = pytest.raises(RetrainBusy, match="another 'arnold predictor retrain' is running")
     with retrain_lock(config.state_dir), busy:
-        retrain(config, StateDB(config.db_path))
+        retrain(config, StateDB(config.db_path, journal="delete"))
 
 
 KILL_SCRIPT = """
@@ -146,7 +146,7 @@ from predictor.service import retrain
 from site_config import load_config
 from slurm_arnold.state import StateDB
 config = load_config()
-retrain(config, StateDB(config.db_path), force=True)
+retrain(config, StateDB(config.db_path, journal="delete"), force=True)
 """
 
 
@@ -197,7 +197,7 @@ def test_sacct_import_from_the_live_cluster(slurm: Slurm, state_dir: Path) -> No
     while not found and time.monotonic() < deadline:
         code, _, err = _run("predictor", "import", "sacct", "--since", "now-1days")
         assert code == 0, err
-        found = [j for j in load_history(StateDB(state_dir / "arnold.db"))
+        found = [j for j in load_history(StateDB(state_dir / "arnold.db", journal="delete"))
                  if j.job_id == str(job_id)]
         time.sleep(0.5)
     assert found, f"job {job_id} never reached the history"

@@ -246,7 +246,7 @@ def test_a_sync_killed_halfway_is_repaired_by_the_next(slurm: Slurm,
         "deleted arnold_999999 (its LPJ vanished)"]
 
 
-def test_admin_actions_refuse_other_users_and_plan_is_for_everyone(
+def test_admin_actions_refuse_other_users_and_plan_is_for_the_owner(
         slurm: Slurm, env: dict[str, str], tmp_path: Path) -> None:
     fill(48, limit_min=2, seconds=20)
     lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=2", "--wrap", "sleep 1")
@@ -261,7 +261,12 @@ def test_admin_actions_refuse_other_users_and_plan_is_for_everyone(
                                       "cluster admins")
         assert len(proc.stderr.strip().splitlines()) == 1
     assert not ours(slurm)
-    plan = arnold(env, "reserve", "plan", str(lpj), user="nobody")
+    # plan is a dry run, but of one's own jobs: another user's is refused, an admin's allowed.
+    proc = arnold(env, "reserve", "plan", str(lpj), check=False, user="nobody")
+    assert proc.returncode == 1
+    assert proc.stderr == (f"arnold: error: job {lpj} belongs to root; only root or an admin "
+                           "may run `arnold reserve plan` on it\n")
+    plan = arnold(env, "reserve", "plan", str(lpj))
     assert f"job {lpj} (root, 192 GPUs)" in plan.stdout
     # A user cannot make themselves an admin through their own config or environment.
     env2 = dict(env, ARNOLD_RESERVATION__ADMINS='["nobody"]')

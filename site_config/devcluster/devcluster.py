@@ -7,6 +7,13 @@ lives under ``<repo>/.devcluster`` (config, state, logs) and a short socket dire
 ``/tmp`` (unix socket paths are limited to 108 bytes). Only loopback addresses and ports of
 our own are used; daemons are stopped by their PID files.
 
+It is set up as a site would be, for every Unix user of the machine: the SPANK plugin is
+installed into ``.devcluster/lib``, slurm-arnold into ``.devcluster/venv`` (made with Debian's
+``/usr/bin/python3``, since a venv of a Python under ``/root`` cannot run for others), and
+``arnold site init`` makes the site's state directories with their modes. When the checkout
+itself is not reachable by other users (a directory above it lacks o+x), ``.devcluster`` is a
+symlink to ``/var/tmp/arnold-dev-<hash>``, so the cluster's files still are.
+
 Standard library only: it runs before the project's virtual environment exists.
 
 Usage: devcluster.py up | down | status
@@ -30,7 +37,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-RUN = REPO / ".devcluster"
+
+
+def _reachable_by_all(path: Path) -> bool:
+    """Whether every directory from / down to ``path`` lets others through (o+x)."""
+    return all(p.stat().st_mode & 0o001 for p in (path, *path.parents))
+
+
+def _run_dir() -> Path:
+    local = REPO / ".devcluster"
+    if local.is_symlink():
+        return local.resolve()
+    if local.exists() or _reachable_by_all(REPO):
+        return local
+    digest = hashlib.sha1(str(REPO).encode()).hexdigest()[:8]
+    target = Path("/var/tmp") / f"arnold-dev-{digest}"
+    target.mkdir(parents=True, exist_ok=True)
+    local.symlink_to(target)
+    return target
+
+
+RUN = _run_dir()
 ENV_FILE = REPO / "devcluster.env"
 CLUSTER_NAME = "arnolddev"
 DB_PASSWORD = "arnold-dev-only"
@@ -106,6 +133,8 @@ def paths() -> dict[str, Path]:
         "gpu": RUN / "gpu",
         "mysql": RUN / "mysql",
         "arnold": RUN / "arnold-state",
+        "lib": RUN / "lib",
+        "venv": RUN / "venv",
         "sock": sock,
         "munge_socket": sock / "munge.socket.2",
         "mysql_socket": sock / "mysqld.sock",
@@ -302,8 +331,11 @@ def check_packages() -> None:
 
 def configure(shape: Shape, p: dict[str, Path]) -> bool:
     """Write every config file; return whether the Slurm config changed."""
-    for key in ("etc", "bin", "log", "state", "spool", "gpu", "arnold"):
+    RUN.mkdir(parents=True, exist_ok=True)
+    RUN.chmod(0o755)  # every user reads slurm.conf, the plugin and the venv below it
+    for key in ("etc", "bin", "log", "state", "spool", "gpu", "lib"):
         p[key].mkdir(parents=True, exist_ok=True)
+        p[key].chmod(0o755)
     p["sock"].mkdir(parents=True, exist_ok=True)
     p["sock"].chmod(0o755)
     # Daemons must run under their own names: under another name Slurm drops Gres= lines.
@@ -322,13 +354,63 @@ def configure(shape: Shape, p: dict[str, Path]) -> bool:
     changed |= write_if_changed(p["etc"] / "slurmdbd.conf", slurmdbd_conf(shape, p), 0o600)
     # The arnold SPANK plugin (built by `make -C spank`); srun and sbatch read plugstack.conf
     # afresh, so adding it needs no daemon restart.
-    plugin = REPO / "spank" / "arnold_rankfile.so"
+    plugin = install_plugin(p)
     plugstack = "# SPANK plugins of the local development cluster.\n"
-    if plugin.exists():
+    if plugin is not None:
         plugstack += f"required {plugin}\n"
     write_if_changed(p["etc"] / "plugstack.conf", plugstack)
     write_if_changed(p["etc"] / "arnold.toml", arnold_toml(p))
     return changed
+
+
+def install_plugin(p: dict[str, Path]) -> Path | None:
+    """Copy the SPANK plugin (built by `make -C spank`) where every user's srun can load it."""
+    built = REPO / "spank" / "arnold_rankfile.so"
+    if not built.exists():
+        return None
+    target = p["lib"] / built.name
+    data = built.read_bytes()
+    if not target.exists() or target.read_bytes() != data:
+        tmp = target.with_suffix(".tmp")
+        tmp.write_bytes(data)
+        tmp.chmod(0o755)
+        tmp.replace(target)  # a new inode: srun processes mapping the old file keep it
+    return target
+
+
+def _source_digest() -> str:
+    digest = hashlib.sha1()
+    for package in ("slurm_arnold", "reservations", "predictor", "site_config", "benchmarks"):
+        for path in sorted((REPO / package).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(REPO)).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def install_site(p: dict[str, Path]) -> None:
+    """slurm-arnold for every user: a venv of Debian's Python with the project installed (not
+    editable: it must not depend on the checkout), refreshed when the sources change; then
+    `arnold site init` for the site's directories and their modes."""
+    venv, python = p["venv"], p["venv"] / "bin" / "python"
+    deps_stamp, src_stamp = venv / ".deps", venv / ".sources"
+    deps = hashlib.sha1((REPO / "pyproject.toml").read_bytes()).hexdigest()
+    sources = _source_digest()
+    if not python.exists():
+        run(["/usr/bin/python3", "-m", "venv", str(venv)])
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    shutil.rmtree(REPO / "build", ignore_errors=True)  # setuptools' stale in-tree build
+    if not deps_stamp.exists() or deps_stamp.read_text() != deps:
+        print("devcluster: installing slurm-arnold for every user into "
+              f"{venv} (Debian's Python)", file=sys.stderr)
+        run([*pip, str(REPO)])
+        deps_stamp.write_text(deps)
+        src_stamp.write_text(sources)
+    elif not src_stamp.exists() or src_stamp.read_text() != sources:
+        run([*pip, "--no-deps", "--force-reinstall", str(REPO)])
+        src_stamp.write_text(sources)
+    shutil.rmtree(REPO / "build", ignore_errors=True)
+    run([str(venv / "bin" / "arnold"), "site", "init"], env=slurm_env(p))
 
 
 def start_munge(p: dict[str, Path]) -> None:
@@ -480,8 +562,12 @@ def up() -> None:
     start_slurmctld(shape, p)
     start_slurmds(shape, p)
     wait_idle(shape, p)
+    install_site(p)
     conf = p["etc"] / "slurm.conf"
-    write_if_changed(ENV_FILE, f"export SLURM_CONF={conf}\n")
+    # The site's arnold comes last on PATH: a developer's own venv, when active, wins.
+    write_if_changed(ENV_FILE, f"export SLURM_CONF={conf}\n"
+                               f"case :$PATH: in *:{p['venv']}/bin:*) ;; "
+                               f"*) export PATH=$PATH:{p['venv']}/bin ;; esac\n")
     print(
         f"devcluster: {shape.node_count} nodes x {shape.gpus} GPUs idle "
         f"({time.monotonic() - t0:.1f} s); run: source {ENV_FILE}",

@@ -33,9 +33,10 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyscipopt import Model, quicksum
+if TYPE_CHECKING:
+    from pyscipopt import Model
 
 
 @dataclass
@@ -62,6 +63,10 @@ def build_model(problem: CountProblem, limits: tuple[int, int]) -> tuple[Model, 
     pods = list(caps)
     stages = range(problem.stages)
     cols = problem.columns
+    # SCIP is loaded only when a box needs it: most placements never get here, and every
+    # arnold-sbatch would pay its import (a sixth of a second) otherwise.
+    from pyscipopt import Model, quicksum
+
     m = Model("arnold-placement")
     m.hideOutput()
     n = {(j, p): m.addVar(f"n[{j},{p}]", vtype="I", lb=0, ub=min(cols, caps[p]))
@@ -125,6 +130,8 @@ def build_exact_model(problem: CountProblem,
     caps = problem.capacities
     pods = list(caps)
     stages, cols = range(problem.stages), range(problem.columns)
+    from pyscipopt import Model, quicksum
+
     m = Model("arnold-placement-exact")
     m.hideOutput()
     x = {(j, i, p): m.addVar(f"x[{j},{i},{p}]", vtype="B")

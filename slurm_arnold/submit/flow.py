@@ -1,15 +1,15 @@
 """Submitting a placed job: narrow the free nodes, place, write the rank files, run sbatch.
 
-The lock (``<state_dir>/submit.lock``) is held around reading the cluster, solving and
-submitting, and released as soon as sbatch has printed the job id, never while ``--wait``
-waits. Nodes of jobs we submitted that slurmctld has not started yet count as taken, so two
-arnold-sbatch calls are never given the same nodes.
+The site-wide submit lock (``slurm_arnold.site_state.site_lock``) is held by every user's
+arnold-sbatch around reading the cluster, solving and submitting, and released as soon as
+sbatch has printed the job id, never while ``--wait`` waits. Slurm is the truth for what is
+taken: besides busy nodes, the required nodes (``-w``) of every pending job of any user count
+as taken, so two submissions, by one user or by several, are never given the same nodes.
 """
 
 from __future__ import annotations
 
 import fcntl
-import getpass
 import json
 import logging
 import math
@@ -19,8 +19,7 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -34,7 +33,8 @@ from slurm_arnold.placement import JobShape, Placement, place
 from slurm_arnold.placement.align import alpha_from_model
 from slurm_arnold.placement.engine import check_alpha, place_from_node_list
 from slurm_arnold.rankorder import ORDERS, write_files
-from slurm_arnold.slurm import Slurm
+from slurm_arnold.site_state import caller, open_site_db, open_user_db, site_lock, user_subdir
+from slurm_arnold.slurm import JobInfo, Slurm
 from slurm_arnold.state import StateDB
 from slurm_arnold.submit.options import (
     Parsed,
@@ -128,39 +128,22 @@ def narrow_free(view: ClusterView, sbatch: Mapping[str, str], claimed: set[str])
     return free
 
 
-@contextmanager
-def submit_lock(state_dir: Path) -> Iterator[Any]:
-    """An exclusive lock shared by every arnold-sbatch of this site."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    path = state_dir / "submit.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield fd
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
-
-
 FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
             "BOOT_FAIL", "DEADLINE", "PREEMPTED", "SPECIAL_EXIT"}
 
 
-def claimed_nodes(db: StateDB, slurm: Slurm) -> set[str]:
-    """Nodes placed for our jobs that have not finished. A job that slurmctld has not
-    scheduled yet still leaves its nodes IDLE; and one that starts between our reading of the
-    nodes and of the queue must count too, so every unfinished job's nodes are claimed."""
-    recent = [r for r in db.jobs(limit=500) if r.get("slurm_job_id")
-              and r.get("status") == "submitted" and r.get("created_at", 0) > time.time() - 86400]
-    if not recent:
-        return set()
-    states = {j.job_id: j.state for j in slurm.jobs()}
-    claimed: set[str] = set()
-    for r in recent:
-        state = states.get(r["slurm_job_id"])
-        if state is not None and state not in FINISHED:
-            claimed.update(json.loads(r["placement"])["nodes"])
-    return claimed
+def taken_by_queue(jobs: list[JobInfo]) -> set[str]:
+    """Nodes other jobs hold or are about to: every unfinished job's allocated nodes and the
+    required nodes (``-w``) of every pending job, whoever submitted it. A job that slurmctld
+    has not started yet still leaves its nodes IDLE; it must not be given them twice."""
+    taken: set[str] = set()
+    for job in jobs:
+        if job.state in FINISHED:
+            continue
+        taken.update(job.nodes)
+        if job.state == "PENDING":
+            taken.update(job.required_nodes)
+    return taken
 
 
 class NotFreeNow(InfeasibleError):
@@ -171,8 +154,7 @@ class NotFreeNow(InfeasibleError):
         self.job, self.alpha, self.algo = job, alpha, algo
 
 
-def plan_reserved(config: SiteConfig, db: StateDB, slurm: Slurm,
-                  short: NotFreeNow) -> Placement:
+def plan_reserved(config: SiteConfig, slurm: Slurm, short: NotFreeNow) -> Placement:
     """A large job that cannot start now: the reservation policy's nodes for it (those that
     drain soonest, traded against spread), laid out for its own shape. ``arnold reserve``
     reserves them (at once when the submitter is an admin, else at the next ``sync``)."""
@@ -181,7 +163,8 @@ def plan_reserved(config: SiteConfig, db: StateDB, slurm: Slurm,
     snap = Snapshot.read(slurm, config)
     if short.job.nodes > len(snap.usable()):
         raise short  # it never fits: no plan to make
-    choice = plan_nodes(snap, LivePredictor(config, db, list(snap.jobs.values())), short.job,
+    predictor = LivePredictor(config, None, list(snap.jobs.values()))
+    choice = plan_nodes(snap, predictor, short.job,
                         horizon_s=math.inf, alpha=short.alpha,
                         spread_weight_h=config.reservation.spread_weight_h, time_limit=10.0)
     assert choice is not None  # an infinite horizon always leaves a pool
@@ -209,18 +192,19 @@ def explain(target: str, placement: Placement, view: ClusterView, slurm: Slurm,
     sys.stderr.write(table(placement, theirs, view.topology) + f"\npicture: {path}\n")
 
 
-def after_submit(config: SiteConfig, db: StateDB, slurm: Slurm, job_id: int) -> None:
+def after_submit(config: SiteConfig, slurm: Slurm, job_id: int) -> None:
     """When the submitter is an admin, reserve for a large job or decide a short one's
     admission at once; otherwise the next ``arnold reserve sync`` does (a user cannot make
     Slurm reservations). Never fails the submission."""
-    from reservations.live import NotAdmin, Reserver, require_admin
+    from slurm_arnold.admins import NotAdmin, require_admin
 
     try:
-        require_admin(slurm, "sync")
+        require_admin(slurm, "reserve sync")
     except NotAdmin:
         return
-    reserver = Reserver(config, db, slurm)
+    from reservations.live import Reserver
     try:
+        reserver = Reserver(config, open_site_db(config, write=True), slurm)
         with reserver.lock():
             snap, predictor = reserver.snapshot()
             job = snap.jobs.get(job_id)
@@ -348,15 +332,17 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
     order = request.ours.get("rank-order", "tp-dp-pp")
     if order not in ORDERS:
         raise ArnoldError(f"--rank-order {order}: use one of {', '.join(ORDERS)}")
-    db = StateDB(config.db_path)
-    with submit_lock(config.state_dir) as lock:
+    db = open_user_db(config)
+    rank_dir = user_subdir(config, "rankorder")
+    asked = time.monotonic()
+    with site_lock(config) as lock:
+        log.debug("waited %.3f s for the site lock", time.monotonic() - asked)
         view = live_cluster(slurm, minipod_level=config.minipod_level,
                             partition=request.sbatch.get("partition") or config.partition)
         planned: dict[str, str] = {}
         if "model" in request.ours and not {"tp", "pp"} <= set(request.ours):
             planned = layout_from_model(request, view, config)
-        claimed = claimed_nodes(db, slurm)
-        free = narrow_free(view, request.sbatch, claimed)
+        free = narrow_free(view, request.sbatch, taken_by_queue(slurm.jobs()))
         try:
             job, placement, algo = plan(
                 request, view, free, slurm, config.network,
@@ -365,15 +351,14 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
             if short.job.gpus < config.reservation.large_job_gpus or short.algo == "slurm":
                 raise
             job, algo = short.job, short.algo
-            placement = plan_reserved(config, db, slurm, short)
+            placement = plan_reserved(config, slurm, short)
         placement_id = secrets.token_hex(8)
-        rankfile, hostfile = write_files(config.state_dir / "rankorder", placement,
-                                         placement_id, order)
+        rankfile, hostfile = write_files(rank_dir, placement, placement_id, order)
         log.info("placement %s: %s, spreads dp %d pp %d", placement_id, algo,
                  placement.metrics.max_dp_spread, placement.metrics.max_pp_spread)
         if "explain" in request.ours:
             explain(request.ours["explain"], placement, view, slurm,
-                    config.state_dir / "explain" / f"{placement_id}.svg")
+                    user_subdir(config, "explain") / f"{placement_id}.svg")
         extra = [f"--nodelist={hostlist.collect_hostlist(placement.nodes())}"]
         if request.sbatch.get("nodes") is None:
             extra.append(f"--nodes={job.nodes}")
@@ -383,7 +368,7 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
         if export and not export.upper().startswith("ALL"):
             extra.append("--export=" + ",".join([export, *(f"{k}={v}" for k, v in env.items())]))
         record = {
-            "user": getpass.getuser(), "status": "submitting", "rankfile": str(rankfile),
+            "user": caller(), "status": "submitting", "rankfile": str(rankfile),
             "spec": json.dumps({"tp": job.tp, "pp": job.pp, "dp": job.dp,
                                 "gpus_per_node": job.gpus_per_node, "alpha": placement.alpha,
                                 "placement": algo, "rank_order": order, "argv": argv}),
@@ -395,23 +380,27 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
         sbatch_argv = [*request.parsed.sbatch_args, *extra]
         if request.parsed.script is not None:
             sbatch_argv += [request.parsed.script, *request.parsed.script_args]
-        code = _run_sbatch(sbatch_argv, request, out, (db, record_id, lock), env)
+        code = _run_sbatch(sbatch_argv, request, out, (db, record_id, lock), env,
+                           share_lock="wait" not in request.sbatch)
     job_id = db.db.table("jobs").get(record_id)["slurm_job_id"]
     if code == 0 and job_id:
-        after_submit(config, db, slurm, int(job_id))
+        after_submit(config, slurm, int(job_id))
     return code
 
 
 def _run_sbatch(argv: list[str], request: Request, out: IO[bytes],
                 record: tuple[StateDB, int, Any] | None,
-                extra_env: Mapping[str, str] | None = None) -> int:
+                extra_env: Mapping[str, str] | None = None, *, share_lock: bool = False) -> int:
     """Run sbatch with our stdout relayed byte for byte; record the job id as soon as sbatch
-    prints it, then release the lock (so ``--wait`` never holds it)."""
+    prints it, then release the lock (so ``--wait`` never holds it). With ``share_lock`` sbatch
+    inherits the lock's descriptor: if we are killed while it submits, the lock stays held
+    until sbatch is done, so nobody plans on the nodes it is about to take."""
     env = dict(os.environ) | dict(extra_env or {})
     log.debug("running: sbatch %s", " ".join(argv))
+    fds = (record[2],) if record is not None and share_lock else ()
     try:
         proc = subprocess.Popen(["sbatch", *argv], stdin=subprocess.PIPE if request.stdin_script
-                                else None, stdout=subprocess.PIPE, env=env)
+                                else None, stdout=subprocess.PIPE, env=env, pass_fds=fds)
     except FileNotFoundError:
         raise ArnoldError("`sbatch` not found; install Slurm's client commands "
                           "(Debian: slurm-client) or put them on PATH") from None
@@ -431,6 +420,7 @@ def _run_sbatch(argv: list[str], request: Request, out: IO[bytes],
                 "slurm_job_id": int(match.group(1)) if match else None,
                 "status": "submitted" if match else "sbatch-failed"})
         fcntl.flock(lock, fcntl.LOCK_UN)
+        log.debug("released the site lock")
     stream = proc.stdout
     while chunk := os.read(stream.fileno(), 65536):
         out.write(chunk)

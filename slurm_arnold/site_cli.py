@@ -1,0 +1,60 @@
+"""``arnold site``: the site's directories, lock and database (``init`` is admin-only)."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+import click
+
+from site_config import load_config
+
+
+@click.group("site")
+def site() -> None:
+    """Where arnold keeps the site's state and each user's placements (docs/site.md)."""
+
+
+@site.command("init")
+def site_init() -> None:
+    """Create or repair the site's directories, submit lock and database with their modes
+    (admin; idempotent: run it after installing or upgrading arnold)."""
+    from slurm_arnold.admins import require_admin
+    from slurm_arnold.site_state import init_site
+    from slurm_arnold.slurm import Slurm
+
+    require_admin(Slurm(), "site init")
+    for line in init_site(load_config()) or ["nothing to do: the site's state is in order"]:
+        click.echo(line)
+
+
+@site.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def site_show(as_json: bool) -> None:
+    """Each path arnold uses, its owner and mode, and whether you may write it."""
+    import os
+    import pwd
+
+    from predictor.service import model_dir
+    from slurm_arnold.site_state import SUBMIT_LOCK, caller
+
+    config = load_config()
+    paths = {"state_dir": config.state_dir, "database": config.db_path,
+             "submit_lock": config.state_dir / SUBMIT_LOCK, "model_dir": model_dir(config),
+             "users_dir": config.users_dir, "your_dir": config.users_dir / caller()}
+    rows = []
+    for key, path in paths.items():
+        try:
+            info = path.stat()
+            owner = pwd.getpwuid(info.st_uid).pw_name
+            mode = f"{stat.S_IMODE(info.st_mode):o}"
+        except (OSError, KeyError):
+            owner, mode = "-", "missing"
+        rows.append({"what": key, "path": str(path), "owner": owner, "mode": mode,
+                     "writable": os.access(path, os.W_OK)})
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    for r in rows:
+        click.echo(f"{r['what']:12s} {r['mode']:>7s} {r['owner']:10s} "
+                   f"{'w' if r['writable'] else '-'} {r['path']}")

@@ -1,0 +1,239 @@
+"""Where arnold keeps its state on disk, with which modes, and who may write what.
+
+Two kinds of state (docs/site.md):
+
+* **The site's** (``state_dir``, e.g. ``/var/lib/slurm-arnold``, owned by the admin account):
+  reservations, admission decisions, the job history and the serving model, written only by
+  the admin side (``arnold reserve sync``, ``arnold predictor retrain``, ``arnold site init``)
+  and readable by every user, whose submissions read them. It also holds the site-wide submit
+  lock, which any user may take.
+* **Each user's** (``<jobs_dir>/<user>/``, ``jobs_dir`` defaulting to ``<state_dir>/jobs``):
+  the placements and rank files that user's arnold-sbatch wrote. The parent is sticky and
+  world-writable but not listable (mode 1733, like ``/var/spool/cron/crontabs``): anyone may
+  make their own directory there, nobody may rename, delete or list anyone else's. Each user's
+  directory is theirs (0755, checked on every use: a directory someone else made under our
+  name is refused), so its files are readable by the admin side and by the SPANK plugin
+  running as the job's user, and changeable by nobody else. Kept beside the site's state
+  rather than in home directories so the admin side finds every user's records in one
+  place; it must be on a file system the compute nodes see (the plugin reads rank files
+  there).
+
+Every file and directory is made with an explicit mode (``chmod`` after creation), so nothing
+depends on the caller's umask.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import pwd
+import signal
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+
+from site_config import SiteConfig
+from slurm_arnold.errors import ArnoldError, StateError
+from slurm_arnold.state import DB_FILE_MODE, StateDB
+
+SITE_DIR_MODE = 0o755
+USERS_DIR_MODE = 0o1733
+USER_DIR_MODE = 0o755
+FILE_MODE = 0o644
+LOCK_FILE_MODE = 0o644  # flock needs only a read-only descriptor: users never write it
+SUBMIT_LOCK = "submit.lock"
+INIT_HINT = "an admin runs `arnold site init` (docs/site.md)"
+
+
+class SiteNotReady(StateError):
+    """The site's directories are missing and the caller may not make them."""
+
+
+def caller() -> str:
+    """The calling user's name, from the uid (``$USER`` is whatever the caller sets)."""
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def make_dir(path: Path, mode: int) -> bool:
+    """Make ``path`` (and missing parents, 0755) with exactly ``mode``; return whether it was
+    made. An existing directory is left as it is."""
+    if path.is_dir():
+        return False
+    if not path.parent.is_dir():
+        make_dir(path.parent, SITE_DIR_MODE)
+    try:
+        path.mkdir()
+    except FileExistsError:
+        return False
+    os.chmod(path, mode)
+    return True
+
+
+def _fix_mode(path: Path, mode: int, actions: list[str]) -> None:
+    current = stat.S_IMODE(path.stat().st_mode)
+    if current != mode:
+        os.chmod(path, mode)
+        actions.append(f"{path}: mode {current:o} -> {mode:o}")
+
+
+def init_site(config: SiteConfig) -> list[str]:
+    """Create (or repair) the site's directories, lock file and database with their modes;
+    idempotent. Run by the admin account that runs ``arnold reserve sync``."""
+    from predictor.service import model_dir
+
+    actions: list[str] = []
+    for path, mode in ((config.state_dir, SITE_DIR_MODE), (config.users_dir, USERS_DIR_MODE),
+                       (model_dir(config), SITE_DIR_MODE)):
+        try:
+            if make_dir(path, mode):
+                actions.append(f"made {path} (mode {mode:o})")
+            else:
+                _fix_mode(path, mode, actions)
+        except OSError as exc:
+            raise StateError(f"{path}: cannot make the directory ({exc.strerror}); run "
+                             "`arnold site init` as the admin account that owns it") from None
+    lock = config.state_dir / SUBMIT_LOCK
+    if not lock.exists():
+        os.close(os.open(lock, os.O_RDONLY | os.O_CREAT, LOCK_FILE_MODE))
+        actions.append(f"made {lock}")
+    _fix_mode(lock, LOCK_FILE_MODE, actions)
+    made = not config.db_path.exists()
+    open_site_db(config, write=True).close()
+    if made:
+        actions.append(f"made {config.db_path}")
+    _fix_mode(config.db_path, DB_FILE_MODE, actions)
+    return actions
+
+
+def open_site_db(config: SiteConfig, *, write: bool = False) -> StateDB:
+    """The site's database: opened for writing by whoever may write it (the admin side, or the
+    only user of a single-user set-up), read-only by everyone else. ``write=True`` insists on
+    writing (an admin verb) and fails with one line naming who may."""
+    path = config.db_path
+    can_write = os.access(path, os.W_OK) if path.exists() else \
+        os.access(_existing_parent(path), os.W_OK)
+    if write or can_write:
+        if not can_write:
+            raise StateError(f"{path}: cannot write the site's state as {caller()}; it is "
+                             "written by the admin side only (root, SlurmUser or "
+                             "reservation.admins)")
+        return StateDB(path, journal="delete")
+    if not path.exists():
+        raise SiteNotReady(f"{path}: the site's state database does not exist; {INIT_HINT}")
+    return StateDB(path, journal="delete", readonly=True)
+
+
+def _existing_parent(path: Path) -> Path:
+    for parent in path.parents:
+        if parent.exists():
+            return parent
+    return Path("/")
+
+
+def user_dir(config: SiteConfig) -> Path:
+    """The caller's own directory (made on first use, 0755), checked to be theirs and
+    writable by nobody else. Raises ``StateError`` naming the problem and the fix."""
+    parent = config.users_dir
+    if not parent.is_dir():
+        try:
+            make_dir(parent, USERS_DIR_MODE)
+        except OSError:
+            raise SiteNotReady(f"{parent}: the users' directory does not exist and "
+                               f"{caller()} may not make it; {INIT_HINT}") from None
+    own = parent / caller()
+    try:
+        make_dir(own, USER_DIR_MODE)
+        info = own.lstat()
+    except OSError as exc:
+        raise SiteNotReady(f"{own}: cannot make your directory ({exc.strerror}); {INIT_HINT} "
+                           f"(it sets {parent} to mode {USERS_DIR_MODE:o})") from None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        owner = _user_name(info.st_uid)
+        raise StateError(f"{own} belongs to {owner}, not to you ({caller()}); arnold will not "
+                         "write your placements there: ask an admin to remove it")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise StateError(f"{own} is writable by others (mode {stat.S_IMODE(info.st_mode):o}); "
+                         f"run `chmod {USER_DIR_MODE:o} {own}`")
+    return own
+
+
+def user_subdir(config: SiteConfig, name: str) -> Path:
+    """A directory inside the caller's own (``rankorder``, ``explain``), 0755."""
+    path = user_dir(config) / name
+    make_dir(path, USER_DIR_MODE)
+    return path
+
+
+def open_user_db(config: SiteConfig) -> StateDB:
+    """The caller's own database (their arnold-sbatch placements), WAL."""
+    return StateDB(user_dir(config) / "arnold.db")
+
+
+def user_db_path(config: SiteConfig, user: str) -> Path:
+    """Where ``user``'s own database is (for readers such as the admin side)."""
+    return config.users_dir / user / "arnold.db"
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+class _LockTimeout(Exception):
+    pass
+
+
+def _on_alarm(signum: int, frame: FrameType | None) -> None:
+    raise _LockTimeout
+
+
+@contextmanager
+def site_lock(config: SiteConfig) -> Iterator[int]:
+    """The site-wide submit lock (``flock`` on ``<state_dir>/submit.lock``), held around
+    reading the cluster, solving and submitting, by every user's arnold-sbatch. The kernel
+    releases it when its holder dies, even by ``kill -9``. Waits at most
+    ``lock_timeout_s``; yields the descriptor (the caller may release it early)."""
+    path = config.state_dir / SUBMIT_LOCK
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        try:  # a single-user set-up makes its own lock
+            make_dir(config.state_dir, SITE_DIR_MODE)
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, LOCK_FILE_MODE)
+            os.fchmod(fd, LOCK_FILE_MODE)
+        except OSError:
+            raise SiteNotReady(f"{path}: the site's submit lock does not exist; "
+                               f"{INIT_HINT}") from None
+    except OSError as exc:
+        raise StateError(f"{path}: cannot open the site's submit lock ({exc.strerror}); "
+                         f"{INIT_HINT}") from None
+    try:
+        _acquire(fd, path, config.lock_timeout_s)
+        yield fd
+    finally:
+        os.close(fd)  # releases the lock if still held
+
+
+def _acquire(fd: int, path: Path, timeout_s: float) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise
+    # Wait in the kernel (woken at once when the holder lets go), bounded by an alarm.
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except _LockTimeout:
+        raise ArnoldError(f"{path}: another submission held the site's submit lock for "
+                          f"{timeout_s:.0f} s; try again (lock_timeout_s sets the wait)") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
