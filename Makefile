@@ -65,4 +65,5 @@ demo: venv cluster
 	source ./devcluster.env && bash site_config/devcluster/demo.sh
 
 clean: cluster-down
-	rm -rf .devcluster devcluster.env
+	@# .devcluster may be a symlink to /var/tmp (a checkout others cannot reach): remove both.
+	rm -rf "$$(readlink -f .devcluster)" .devcluster devcluster.env

@@ -1,7 +1,7 @@
 """Many users at once: real Unix users running the site's arnold-sbatch concurrently.
 
 Shared by ``arnold bench sbatch`` (its multi-user row) and the live tests. Users are made with
-``useradd`` (root only) and commands run as them with ``runuser``, with only ``HOME``,
+``useradd`` (root only) and commands run as them with ``setpriv``, with only ``HOME``,
 ``PATH`` and ``SLURM_CONF`` set: every other setting comes from the site's ``arnold.toml``
 beside ``SLURM_CONF``. The commands are the site install's (``<venv>/bin``, a venv of
 Debian's ``/usr/bin/python3`` with the project installed), never the developer's ``.venv``.
@@ -70,8 +70,11 @@ def as_user(user: str, argv: Sequence[str], *, umask: int | None = None,
     cmd = [*argv]
     if umask is not None:
         cmd = ["/bin/sh", "-c", f'umask {umask:03o} && exec "$@"', "sh", *argv]
-    return ["runuser", "-u", user, "--", "env", "-i",
-            *(f"{k}={v}" for k, v in clean.items()), *cmd]
+    entry = pwd.getpwnam(user)
+    # setpriv execs in place (no PAM session, no parent that mimics job control as runuser
+    # does), so the pid a caller sees is the command's own.
+    return ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups",
+            "--", "env", "-i", *(f"{k}={v}" for k, v in clean.items()), *cmd]
 
 
 @dataclass

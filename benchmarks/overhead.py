@@ -75,7 +75,7 @@ def _multi_user_lines(m: dict[str, Any] | None) -> list[str]:
     return [
         f"- many users at once (`benchmarks/multiuser.py`): {m['users']} Unix users x "
         f"{m['per_user']} concurrent held {m['nodes_per_job']}-node TP8 x PP2 submissions "
-        "through the site install (run with `runuser`, only HOME, PATH and SLURM_CONF set): "
+        "through the site install (run with `setpriv`, only HOME, PATH and SLURM_CONF set): "
         f"latency p50 **{m['p50_s']} s**, p95 **{m['p95_s']} s**, max {m['max_s']} s; "
         f"{m['submitted']} submitted, {m['failed']} failed, "
         f"{len(m['shared_node_pairs'])} pairs of jobs sharing a node; target p95 <= 5 s on "

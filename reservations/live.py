@@ -530,7 +530,18 @@ class Reserver:
     # -- the sync loop ------------------------------------------------------------------
     def sync(self) -> list[str]:
         """One idempotent pass (see the module docstring); the actions taken."""
-        snap, predictor = self.snapshot()
+        from reservations.binder import Binder
+        from slurm_arnold.site_state import site_lock
+
+        # 0. Waiting jobs placed by arnold-sbatch: moved to nodes free now, or off nodes
+        #    that failed (reservations.binder), under the submit lock so no submission
+        #    plans on the nodes a job is moved onto.
+        with site_lock(self.config):
+            snap, predictor = self.snapshot()
+            moved = Binder(self.config, self.state, self.slurm).run(snap, predictor)
+        self.actions.extend(moved)
+        if moved:
+            snap, predictor = self.snapshot()
         # 1. Ours in Slurm: delete those whose LPJ is gone; adopt unknown ones; bind; release
         #    an LPJ we held once its admitted jobs have started.
         for name in sorted(snap.reservations):
@@ -625,9 +636,13 @@ class Reserver:
 
     def listing(self) -> list[dict[str, Any]]:
         """Our reservations as Slurm and the database know them (``arnold reserve list``)."""
+        from reservations.binder import bindings_of
+
         snap = Snapshot.read(self.slurm, self.config)
         rows = {r["name"]: r for r in self.state.db.table("reservations").rows_where(
             "state != 'released'")}
+        moves = bindings_of(self.state, [lpj_of(n) or 0 for n in
+                                         set(rows) | set(snap.reservations)])
         out = []
         for name in sorted(set(rows) | {n for n in snap.reservations if lpj_of(n)}):
             res = snap.reservations.get(name)
@@ -644,6 +659,11 @@ class Reserver:
                 "in_slurm": res is not None,
                 "admitted": sorted(j.job_id for j in snap.jobs.values()
                                    if j.reservation == name and j.job_id != lpj_of(name)),
+                "repairs": [{"kind": m["kind"], "reason": m["reason"],
+                             "decided_at": m["decided_at"],
+                             "previous": _json_list(m["previous"]),
+                             "nodes": _json_list(m["nodes"])}
+                            for m in moves.get(lpj_of(name) or 0, [])],
             })
         return out
 

@@ -374,21 +374,40 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list.")
 def jobs_cmd(limit: int, as_json: bool) -> None:
     """Jobs submitted through arnold-sbatch: shape, placement, spreads, rank-order file."""
-    from slurm_arnold.site_state import open_user_db
+    from reservations.binder import bindings_of
+    from slurm_arnold.errors import StateError
+    from slurm_arnold.site_state import open_site_db, open_user_db
 
     config = load_config()
     db = open_user_db(config)
+    records = db.jobs(limit=limit)
+    try:  # the admin side's later moves of these jobs (reservations.binder)
+        moves = bindings_of(open_site_db(config), [int(r["slurm_job_id"]) for r in records
+                                                  if r["slurm_job_id"]])
+    except StateError:
+        moves = {}
     rows = []
-    for r in db.jobs(limit=limit):
+    for r in records:
         spec = json.loads(r["spec"] or "{}")
         placement = json.loads(r["placement"] or "{}")
-        rows.append({
+        row = {
             "id": r["id"], "slurm_job_id": r["slurm_job_id"], "user": r["user"],
             "status": r["status"], "tp": spec.get("tp"), "pp": spec.get("pp"),
             "dp": spec.get("dp"), "placement": spec.get("placement"),
             "alpha": spec.get("alpha"), "metrics": placement.get("metrics"),
-            "nodes": placement.get("nodes", []), "rankfile": r["rankfile"],
-        })
+            "nodes": placement.get("nodes", []), "rankfile": r["rankfile"], "binding": None,
+        }
+        history = moves.get(int(r["slurm_job_id"] or 0))
+        if history:
+            last = history[-1]
+            row["binding"] = {"kind": last["kind"], "reason": last["reason"],
+                              "decided_at": last["decided_at"],
+                              "previous": json.loads(str(last["previous"])),
+                              "weighted_spread": last["weighted_spread"], "moves": len(history)}
+            row["nodes"] = json.loads(str(last["nodes"]))
+            row["rankfile"] = last["rankfile"]
+            row["status"] = "bound" if last["kind"] == "bind" else "repaired"
+        rows.append(row)
     if as_json:
         click.echo(json.dumps(rows))
         return

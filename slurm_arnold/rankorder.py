@@ -91,16 +91,20 @@ def render(entries: list[RankEntry], placement: Placement, placement_id: str,
 
 
 def write_files(directory: Path, placement: Placement, placement_id: str,
-                order: str = "tp-dp-pp") -> tuple[Path, Path]:
+                order: str = "tp-dp-pp", *, stem: str | None = None) -> tuple[Path, Path]:
     """Write the rank-order file and a SLURM_HOSTFILE (one node per rank, in rank order);
-    returns their paths. Written to a temporary name and renamed, readable by everyone (they
-    hold no secret and the job may run as another account that shares the user's files)."""
+    returns their paths, named ``<stem>`` (default: the placement id). Written to a temporary
+    name and renamed, readable by everyone (they hold no secret and the job may run as
+    another account that shares the user's files)."""
     if not re.fullmatch(r"[0-9a-f]{8,64}", placement_id):
         raise ArnoldError(f"bad placement id {placement_id!r}")
+    name = stem or placement_id
+    if not re.fullmatch(r"[0-9a-z]{1,64}", name):
+        raise ArnoldError(f"bad rank file name {name!r}")
     entries = rank_entries(placement, order)
     directory.mkdir(parents=True, exist_ok=True)
-    rankfile = directory / f"{placement_id}.rankorder"
-    hostfile = directory / f"{placement_id}.hosts"
+    rankfile = directory / f"{name}.rankorder"
+    hostfile = directory / f"{name}.hosts"
     for path, text in ((rankfile, render(entries, placement, placement_id, order)),
                        (hostfile, "".join(f"{e.node}\n" for e in entries))):
         tmp = path.with_suffix(path.suffix + ".tmp")

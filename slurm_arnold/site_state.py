@@ -45,6 +45,7 @@ USER_DIR_MODE = 0o755
 FILE_MODE = 0o644
 LOCK_FILE_MODE = 0o644  # flock needs only a read-only descriptor: users never write it
 SUBMIT_LOCK = "submit.lock"
+RANKDIR = "rankorder"
 INIT_HINT = "an admin runs `arnold site init` (docs/site.md)"
 
 
@@ -86,7 +87,7 @@ def init_site(config: SiteConfig) -> list[str]:
 
     actions: list[str] = []
     for path, mode in ((config.state_dir, SITE_DIR_MODE), (config.users_dir, USERS_DIR_MODE),
-                       (model_dir(config), SITE_DIR_MODE)):
+                       (model_dir(config), SITE_DIR_MODE), (admin_rankdir(config), SITE_DIR_MODE)):
         try:
             if make_dir(path, mode):
                 actions.append(f"made {path} (mode {mode:o})")
@@ -106,6 +107,12 @@ def init_site(config: SiteConfig) -> list[str]:
         actions.append(f"made {config.db_path}")
     _fix_mode(config.db_path, DB_FILE_MODE, actions)
     return actions
+
+
+def admin_rankdir(config: SiteConfig) -> Path:
+    """The admin side's rank files (``<state_dir>/rankorder/<job id>.rankorder``): jobs placed
+    again after submission. plugstack.conf names it to the SPANK plugin (``rankdir=``)."""
+    return config.state_dir / RANKDIR
 
 
 def open_site_db(config: SiteConfig, *, write: bool = False) -> StateDB:

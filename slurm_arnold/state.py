@@ -83,6 +83,19 @@ def _create_reservations(db: sqlite_utils.Database) -> None:
     db["admissions"].create_index(["job_id", "reservation"])  # type: ignore[union-attr]
 
 
+@MIGRATIONS(name="0004_bindings")
+def _create_bindings(db: sqlite_utils.Database) -> None:
+    # reservations/binder.py: every time sync placed a waiting job again (its planned nodes
+    # failed, or enough others freed first), with the nodes before and after and why.
+    db["bindings"].create(  # type: ignore[union-attr]
+        {"id": int, "job_id": int, "user": str, "kind": str, "reason": str, "nodes": str,
+         "previous": str, "weighted_spread": float, "previous_spread": float,
+         "expected_start": float, "decided_at": float, "rankfile": str},
+        pk="id",
+    )
+    db["bindings"].create_index(["job_id"])  # type: ignore[union-attr]
+
+
 #: Mode of every database file we create (the -journal/-wal/-shm files follow it).
 DB_FILE_MODE = 0o644
 READONLY_HINT = ("it is written by the admin side only (`arnold reserve sync`, `arnold "

@@ -12,6 +12,11 @@
  * others-writable only when sticky), and when its nodes are exactly the job's allocation
  * (SLURM_JOB_NODELIST): a file made for other nodes, or one another user could have written,
  * fails the task.
+ *
+ * With `rankdir=DIR` in plugstack.conf, `auto` first looks for DIR/<job id>.rankorder: the
+ * file the admin side writes when it places a job after submission (late binding, repairs).
+ * It is trusted when DIR and the file belong to root or to DIR's owner (the admin account)
+ * and nobody else may write them; when there is none, $ARNOLD_RANKFILE is read as before.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,6 +36,7 @@ SPANK_PLUGIN(arnold_rankfile, 1);
 
 static char rankfile[PATH_MAX_LEN + 1];
 static int rankfile_set;
+static char rankdir[PATH_MAX_LEN + 1];
 
 static int option_cb(int val, const char *optarg, int remote)
 {
@@ -58,8 +64,14 @@ static struct spank_option rankfile_option = {
 
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
-	if (ac > 0) {
-		slurm_error("arnold: unknown plugin argument \"%.64s\" in plugstack.conf", av[0]);
+	for (int i = 0; i < ac; i++) {
+		if (strncmp(av[i], "rankdir=", 8) == 0 && av[i][8] == '/' &&
+		    strlen(av[i] + 8) < PATH_MAX_LEN - 32) {
+			memcpy(rankdir, av[i] + 8, strlen(av[i] + 8) + 1);
+			continue;
+		}
+		slurm_error("arnold: unknown plugin argument \"%.64s\" in plugstack.conf "
+			    "(known: rankdir=/absolute/dir)", av[i]);
 		return -1;
 	}
 	if (spank_option_register(sp, &rankfile_option) != ESPANK_SUCCESS) {
@@ -77,6 +89,50 @@ static const char *foreign_writer(const struct stat *st, uid_t uid, int is_dir)
 	if ((st->st_mode & (S_IWGRP | S_IWOTH)) && !(is_dir && (st->st_mode & S_ISVTX)))
 		return "is writable by other users";
 	return NULL;
+}
+
+static int check_dir(const char *path, uid_t uid, char *why, size_t whylen);
+
+/* The admin side's file for this job, if rankdir is set and it exists: 1 and its path in
+ * `out`; 0 when there is none; -1 (with `why`) when DIR itself cannot be trusted. */
+static int job_rankfile(spank_t sp, char *out, size_t outlen, uid_t *owner, char *why,
+			size_t whylen)
+{
+	struct stat st;
+	uint32_t job_id = 0;
+	const char *problem;
+	int n;
+
+	if (!*rankdir)
+		return 0;
+	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS) {
+		snprintf(why, whylen, "cannot tell the job id");
+		return -1;
+	}
+	if (stat(rankdir, &st) != 0) {
+		if (errno == ENOENT)
+			return 0; /* nothing placed by the admin side yet */
+		snprintf(why, whylen, "rankdir %.100s: %s", rankdir, strerror(errno));
+		return -1;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(why, whylen, "rankdir %.100s is not a directory", rankdir);
+		return -1;
+	}
+	problem = foreign_writer(&st, st.st_uid, 1);
+	if (problem) {
+		snprintf(why, whylen, "rankdir %.100s %s; not trusted", rankdir, problem);
+		return -1;
+	}
+	n = snprintf(out, outlen, "%s/%u.rankorder", rankdir, job_id);
+	if (n < 0 || (size_t)n >= outlen) {
+		snprintf(why, whylen, "rankdir path too long");
+		return -1;
+	}
+	if (access(out, F_OK) != 0)
+		return 0;
+	*owner = st.st_uid;
+	return 1;
 }
 
 static int check_dir(const char *path, uid_t uid, char *why, size_t whylen)
@@ -186,7 +242,8 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 	char path[PATH_MAX_LEN + 1];
 	char node[ARNOLD_MAX_NAME + 2];
 	static char nodelist[ARNOLD_MAX_NODELIST + 1];
-	uid_t uid;
+	uid_t uid, owner;
+	int found;
 	char why[200];
 	struct arnold_header hdr;
 	struct arnold_entry e;
@@ -199,7 +256,20 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 	(void)av;
 	if (!rankfile_set || !spank_remote(sp))
 		return 0;
-	if (strcmp(rankfile, "auto") == 0) {
+	if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS) {
+		slurm_error("arnold: cannot tell the job's user");
+		return -1;
+	}
+	owner = uid;
+	found = strcmp(rankfile, "auto") == 0 ?
+		job_rankfile(sp, path, sizeof(path), &owner, why, sizeof(why)) : 0;
+	if (found < 0) {
+		slurm_error("arnold: %s", why);
+		return -1;
+	}
+	if (found) {
+		/* placed by the admin side: trusted as its owner's */
+	} else if (strcmp(rankfile, "auto") == 0) {
 		if (spank_getenv(sp, "ARNOLD_RANKFILE", path, sizeof(path)) != ESPANK_SUCCESS ||
 		    !*path) {
 			slurm_error("arnold: --arnold-rankfile=auto but ARNOLD_RANKFILE is not set "
@@ -217,16 +287,12 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 		slurm_error("arnold: %s: cannot tell the local task id", path);
 		return -1;
 	}
-	if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS) {
-		slurm_error("arnold: %s: cannot tell the job's user", path);
-		return -1;
-	}
 	if (spank_getenv(sp, "SLURM_JOB_NODELIST", nodelist, sizeof(nodelist)) != ESPANK_SUCCESS ||
 	    !*nodelist) {
 		slurm_error("arnold: %s: cannot tell the job's nodes (SLURM_JOB_NODELIST)", path);
 		return -1;
 	}
-	buf = read_file(path, uid, &len, why, sizeof(why));
+	buf = read_file(path, owner, &len, why, sizeof(why));
 	if (!buf) {
 		slurm_error("arnold: %s: %s", path, why);
 		return -1;

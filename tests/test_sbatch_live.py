@@ -238,13 +238,19 @@ def test_a_rank_file_the_user_cannot_read_is_refused(slurm: Slurm, tmp_path: Pat
 
 
 def test_bench_sbatch_quick(slurm: Slurm) -> None:
-    out = subprocess.run([str(BIN / "arnold"), "bench", "sbatch", "--quick", "--json"],
+    many = os.geteuid() == 0  # the multi-user row makes Unix users
+    out = subprocess.run([str(BIN / "arnold"), "bench", "sbatch", "--quick", "--json",
+                          "--multi-user" if many else "--no-multi-user"],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["runs"] == 2 and doc["sbatch_median_s"] > 0
     assert abs(doc["overhead_median_s"] - (doc["arnold_sbatch_median_s"]
                                            - doc["sbatch_median_s"])) <= 0.002
+    if many:
+        m = doc["multi_user"]
+        assert (m["users"], m["per_user"], m["submitted"], m["failed"]) == (2, 2, 4, 0)
+        assert m["shared_node_pairs"] == [] and 0 < m["p50_s"] <= m["p95_s"] <= m["max_s"]
 
 
 def test_model_plans_the_layout_when_tp_and_pp_are_not_given(slurm: Slurm,

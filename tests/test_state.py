@@ -10,15 +10,17 @@ import pytest
 from slurm_arnold.errors import StateError
 from slurm_arnold.state import StateDB
 
+ALL_MIGRATIONS = ["0001_jobs", "0002_history", "0003_reservations", "0004_bindings"]
+
 
 def test_new_database_is_wal_and_migrated(tmp_path: Path) -> None:
     db = StateDB(tmp_path / "sub" / "arnold.db")
     assert db.journal_mode() == "wal"
-    assert db.applied_migrations() == ["0001_jobs", "0002_history", "0003_reservations"]
+    assert db.applied_migrations() == ALL_MIGRATIONS
     job = db.record_job({"user": "alice", "slurm_job_id": 42, "status": "submitted"})
     db.close()
     again = StateDB(tmp_path / "sub" / "arnold.db")  # reopening applies nothing twice
-    assert again.applied_migrations() == ["0001_jobs", "0002_history", "0003_reservations"]
+    assert again.applied_migrations() == ALL_MIGRATIONS
     assert [r["id"] for r in again.jobs()] == [job]
     assert again.integrity_ok()
 
@@ -41,7 +43,7 @@ def test_concurrent_processes_open_and_write(tmp_path: Path) -> None:
         assert p.exitcode == 0
     db = StateDB(path)
     assert len(db.jobs(limit=1000)) == 150
-    assert db.applied_migrations() == ["0001_jobs", "0002_history", "0003_reservations"]
+    assert db.applied_migrations() == ALL_MIGRATIONS
     assert db.integrity_ok()
 
 

@@ -357,7 +357,8 @@ def configure(shape: Shape, p: dict[str, Path]) -> bool:
     plugin = install_plugin(p)
     plugstack = "# SPANK plugins of the local development cluster.\n"
     if plugin is not None:
-        plugstack += f"required {plugin}\n"
+        # rankdir: where `arnold reserve sync` writes the rank files of jobs it places again.
+        plugstack += f"required {plugin} rankdir={p['arnold']}/rankorder\n"
     write_if_changed(p["etc"] / "plugstack.conf", plugstack)
     write_if_changed(p["etc"] / "arnold.toml", arnold_toml(p))
     return changed

@@ -43,6 +43,7 @@ from slurm_arnold.submit.options import (
     effective,
     split_args,
 )
+from slurm_arnold.submit.spec import JobSpec, write_spec
 
 log = logging.getLogger(__name__)
 ALGOS = ("mip", "best-fit", "random-fit", "gpu-packing", "topo-aware", "slurm")
@@ -154,25 +155,31 @@ class NotFreeNow(InfeasibleError):
         self.job, self.alpha, self.algo = job, alpha, algo
 
 
-def plan_reserved(config: SiteConfig, slurm: Slurm, short: NotFreeNow) -> Placement:
-    """A large job that cannot start now: the reservation policy's nodes for it (those that
-    drain soonest, traded against spread), laid out for its own shape. ``arnold reserve``
-    reserves them (at once when the submitter is an admin, else at the next ``sync``)."""
+def plan_queued(config: SiteConfig, slurm: Slurm, short: NotFreeNow) -> Placement:
+    """A job that cannot start now: the policy's nodes for it (those that drain soonest,
+    traded against spread), laid out for its own shape. It waits in Slurm's queue for them;
+    ``arnold reserve sync`` re-plans it when one of them fails or enough others free up
+    first, and reserves them when the job is large (at once when the submitter is an admin).
+    Only a job that can never run (more nodes than the partition has in service) is
+    refused."""
     from reservations.live import LivePredictor, Snapshot, plan_nodes
 
     snap = Snapshot.read(slurm, config)
-    if short.job.nodes > len(snap.usable()):
-        raise short  # it never fits: no plan to make
+    usable = len(snap.usable())
+    if short.job.nodes > usable:
+        part = f"partition {snap.view.partition}" if snap.view.partition else "the cluster"
+        raise InfeasibleError(f"{short.job.nodes} nodes needed but {part} has only {usable} "
+                              f"in service; ask for at most {usable}")
     predictor = LivePredictor(config, None, list(snap.jobs.values()))
     choice = plan_nodes(snap, predictor, short.job,
                         horizon_s=math.inf, alpha=short.alpha,
                         spread_weight_h=config.reservation.spread_weight_h, time_limit=10.0)
     assert choice is not None  # an infinite horizon always leaves a pool
     wait_min = max(0.0, choice.expected_start - snap.now) / 60
-    log.warning("%d nodes are not free now; planned on %s, expected to drain in %.0f min "
-                "(weighted spread %.2f); they are reserved for the job by `arnold reserve`",
-                short.job.nodes, hostlist.collect_hostlist(list(choice.nodes)), wait_min,
-                choice.placement.metrics.weighted_spread)
+    log.info("%d nodes are not free now; queued for %s, expected to drain in %.0f min "
+             "(weighted spread %.2f); `arnold reserve sync` re-plans it if they fail or others "
+             "free first", short.job.nodes, hostlist.collect_hostlist(list(choice.nodes)),
+             wait_min, choice.placement.metrics.weighted_spread)
     return choice.placement
 
 
@@ -215,7 +222,7 @@ def after_submit(config: SiteConfig, slurm: Slurm, job_id: int) -> None:
             elif any(name.startswith("arnold_") for name in snap.reservations):
                 reserver.admit(snap, predictor, job, "submit")
         for line in reserver.actions:
-            log.warning("%s", line)
+            log.info("%s", line)
     except ArnoldError as exc:
         log.warning("job %d: %s; `arnold reserve sync` tries again", job_id, exc)
 
@@ -303,11 +310,8 @@ def plan(request: Request, view: ClusterView, free: set[str], slurm: Slurm,
         raise ArnoldError(f"--placement {algo}: use one of {', '.join(ALGOS)}")
     if len(free) < job.nodes:
         raise NotFreeNow(job, alpha, algo,
-
                          f"{job.nodes} nodes needed, {len(free)} free now"
-                         f"{' in partition ' + view.partition if view.partition else ''}; not "
-                         "submitting blindly: wait, ask for at least the site's large-job size "
-                         "to be reserved for, or use --placement=slurm to let Slurm choose")
+                         f"{' in partition ' + view.partition if view.partition else ''}")
     if algo == "slurm":
         chosen = slurm_choice(slurm, view, job.nodes)
         return job, place_from_node_list("slurm", chosen, view.topology, job, alpha), algo
@@ -347,11 +351,13 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
             job, placement, algo = plan(
                 request, view, free, slurm, config.network,
                 int(planned.get("ARNOLD_PLAN_MICRO_BATCH", "1")))
+            queued = False
         except NotFreeNow as short:
-            if short.job.gpus < config.reservation.large_job_gpus or short.algo == "slurm":
-                raise
-            job, algo = short.job, short.algo
-            placement = plan_reserved(config, slurm, short)
+            if short.algo == "slurm":
+                log.info("%s; queued for Slurm to choose (--placement=slurm)", short)
+                return _run_sbatch(_plain_argv(request), request, out, None)
+            job, algo, queued = short.job, short.algo, True
+            placement = plan_queued(config, slurm, short)
         placement_id = secrets.token_hex(8)
         rankfile, hostfile = write_files(rank_dir, placement, placement_id, order)
         log.info("placement %s: %s, spreads dp %d pp %d", placement_id, algo,
@@ -364,6 +370,10 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
             extra.append(f"--nodes={job.nodes}")
         env = {"ARNOLD_RANKFILE": str(rankfile), "SLURM_HOSTFILE": str(hostfile),
                "ARNOLD_PLACEMENT_ID": placement_id, **planned}
+        if queued:
+            # It may be re-placed before it starts (the rank file then comes from the admin
+            # side's rankdir): a host file for the old nodes would make srun fail.
+            del env["SLURM_HOSTFILE"]
         export = request.parsed.cli.get("export")
         if export and not export.upper().startswith("ALL"):
             extra.append("--export=" + ",".join([export, *(f"{k}={v}" for k, v in env.items())]))
@@ -381,16 +391,31 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
         if request.parsed.script is not None:
             sbatch_argv += [request.parsed.script, *request.parsed.script_args]
         code = _run_sbatch(sbatch_argv, request, out, (db, record_id, lock), env,
-                           share_lock="wait" not in request.sbatch)
+                           share_lock="wait" not in request.sbatch,
+                           status="queued" if queued else "submitted")
     job_id = db.db.table("jobs").get(record_id)["slurm_job_id"]
+    if job_id:
+        write_spec(config, JobSpec(
+            int(job_id), caller(), placement_id, job.tp, job.pp, job.dp, job.gpus_per_node,
+            placement.alpha, algo, order, request.sbatch.get("partition") or config.partition,
+            **{k: request.sbatch.get(k) for k in ("exclude", "nodelist", "constraint")}))
     if code == 0 and job_id:
         after_submit(config, slurm, int(job_id))
     return code
 
 
+def _plain_argv(request: Request) -> list[str]:
+    """sbatch's arguments without ours."""
+    argv = list(request.parsed.sbatch_args)
+    if request.parsed.script is not None:
+        argv += [request.parsed.script, *request.parsed.script_args]
+    return argv
+
+
 def _run_sbatch(argv: list[str], request: Request, out: IO[bytes],
                 record: tuple[StateDB, int, Any] | None,
-                extra_env: Mapping[str, str] | None = None, *, share_lock: bool = False) -> int:
+                extra_env: Mapping[str, str] | None = None, *, share_lock: bool = False,
+                status: str = "submitted") -> int:
     """Run sbatch with our stdout relayed byte for byte; record the job id as soon as sbatch
     prints it, then release the lock (so ``--wait`` never holds it). With ``share_lock`` sbatch
     inherits the lock's descriptor: if we are killed while it submits, the lock stays held
@@ -418,7 +443,7 @@ def _run_sbatch(argv: list[str], request: Request, out: IO[bytes],
         with db.transaction():
             db.db.table("jobs").update(record_id, {
                 "slurm_job_id": int(match.group(1)) if match else None,
-                "status": "submitted" if match else "sbatch-failed"})
+                "status": status if match else "sbatch-failed"})
         fcntl.flock(lock, fcntl.LOCK_UN)
         log.debug("released the site lock")
     stream = proc.stdout

@@ -1,0 +1,288 @@
+"""Placements that follow the job: every waiting job arnold-sbatch placed is kept on nodes it
+can use, and moved to nodes that are free now when its own are not.
+
+arnold-sbatch never refuses a job for busy nodes: it plans it on the nodes that drain first
+(``reservations.live.plan_nodes``), submits it with those as its required nodes (``-w``), so it
+keeps its place in Slurm's queue and Slurm's backfill plans around it, and leaves its spec
+(``slurm_arnold.submit.spec``). Each ``arnold reserve sync`` pass then, for every such job still
+pending, in Slurm's priority order:
+
+* **binds** it to nodes free now when its planned ones are not all free but enough others
+  are (placement solved on the free nodes): the job starts at once, as it would have under
+  plain sbatch; it waits at most one loop period longer;
+* **repairs** its plan when a planned node became unusable (DRAIN, even while still running a
+  job; DOWN, NOT_RESPONDING, FAIL; a maintenance reservation the user may not use; out of the
+  partition): the lost nodes are replaced by the nearest spares (same leaf, then minipod, then
+  the ones that drain first; the way Kueue's topology-aware scheduling replaces a failed node)
+  and the mapping solved on the new set, or the job is planned afresh when that costs less by
+  the reservation policy's measure (expected wait + ``spread_weight_h`` x weighted spread).
+
+Either way the same pass rewrites the job's required nodes, its ``arnold_<id>`` reservation
+when it has one (reservation first: Slurm wants a bound job's nodes inside it), and its rank
+file, which goes to ``<state_dir>/rankorder/<job id>.rankorder`` (the admin side's directory;
+the SPANK plugin, given ``rankdir=`` in plugstack.conf, prefers it to the user's file). Every
+decision is a row of ``bindings`` (``arnold jobs``, ``arnold reserve list``).
+
+The pass holds the site-wide submit lock while it reads, decides and rewrites, so no
+submission is given the nodes it is moving a job onto.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import pwd
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import hostlist
+
+from site_config import SiteConfig
+from slurm_arnold.cluster import ClusterView, free_nodes
+from slurm_arnold.errors import ArnoldError, InfeasibleError, SlurmError
+from slurm_arnold.placement import Placement, place
+from slurm_arnold.rankorder import write_files
+from slurm_arnold.site_state import SITE_DIR_MODE, admin_rankdir, make_dir
+from slurm_arnold.slurm import JobInfo, Reservation, Slurm
+from slurm_arnold.state import StateDB
+from slurm_arnold.submit.flow import FINISHED, narrow_free, taken_by_queue
+from slurm_arnold.submit.spec import BadSpec, JobSpec, read_spec
+from slurm_arnold.topology import Topology
+
+if TYPE_CHECKING:  # reservations.live imports this module inside sync
+    from reservations.live import LivePredictor, Snapshot
+
+log = logging.getLogger(__name__)
+#: A rank file of a finished job is removed this long after it left the queue.
+RANKFILE_GRACE_S = 600.0
+
+
+@dataclass
+class Move:
+    """One decision: the job's new nodes and placement, and why."""
+
+    kind: str  # "bind" or "repair"
+    reason: str
+    placement: Placement
+    expected_start: float
+
+
+class Binder:
+    """One pass over the waiting jobs (see the module docstring)."""
+
+    def __init__(self, config: SiteConfig, state: StateDB, slurm: Slurm,
+                 time_limit: float = 5.0) -> None:
+        self.config = config
+        self.state = state
+        self.slurm = slurm
+        self.time_limit = time_limit
+        self.actions: list[str] = []
+
+    def run(self, snap: Snapshot, predictor: LivePredictor) -> list[str]:
+        """Bind or repair every waiting arnold job that needs it; the actions taken."""
+        from reservations.live import _by_priority
+
+        taken = taken_by_queue(list(snap.jobs.values()))
+        for job in _by_priority(snap.jobs.values()):
+            if job.state != "PENDING" or not job.required_nodes or job.held:
+                continue
+            spec = self._spec(job)
+            if spec is None:
+                continue
+            try:
+                move = self._decide(snap, predictor, job, spec, taken)
+            except (InfeasibleError, ArnoldError) as exc:
+                log.info("job %d: %s", job.job_id, exc)
+                continue
+            if move is None:
+                continue
+            try:
+                self._apply(snap, job, spec, move)
+            except SlurmError as exc:
+                self.actions.append(f"job {job.job_id}: could not {move.kind} ({exc}); "
+                                    "the next sync tries again")
+                continue
+            taken |= set(move.placement.nodes())
+        self._clean(snap)
+        return self.actions
+
+    # -- deciding -------------------------------------------------------------------------
+    def _spec(self, job: JobInfo) -> JobSpec | None:
+        try:
+            uid = pwd.getpwnam(job.user).pw_uid
+        except KeyError:
+            return None
+        try:
+            return read_spec(self.config, job.user, uid, job.job_id, job.node_count or None)
+        except BadSpec as exc:
+            log.warning("job %d: %s; left as it is", job.job_id, exc)
+            return None
+
+    def usable_for(self, snap: Snapshot, job: JobInfo, spec: JobSpec) -> set[str]:
+        """Nodes in service that this job may use (partition, reservations, -x/-w/-C)."""
+        from reservations.live import OUT_OF_SERVICE, reservation_name
+
+        own = reservation_name(job.job_id)
+        part = spec.partition or snap.view.partition
+        blocked: set[str] = set()
+        for res in snap.reservations.values():
+            if res.name != own and res.state.upper() == "ACTIVE" and not _may_use(res, job.user):
+                blocked.update(res.nodes)
+        out = {n for n in snap.view.topology.nodes if n in snap.view.nodes
+               and not snap.view.nodes[n].flags & OUT_OF_SERVICE
+               and snap.view.nodes[n].state not in ("DOWN", "FUTURE", "UNKNOWN")
+               and (part is None or part in snap.view.nodes[n].partitions)
+               and n not in blocked}
+        view = ClusterView(snap.view.topology, snap.view.nodes, out, part)
+        return narrow_free(view, spec.narrowing(), set())
+
+    def _decide(self, snap: Snapshot, predictor: LivePredictor, job: JobInfo, spec: JobSpec,
+                taken: set[str]) -> Move | None:
+        from reservations.live import reservation_name
+
+        current = set(job.required_nodes)
+        own = reservation_name(job.job_id)
+        usable = self.usable_for(snap, job, spec)
+        others = taken - current
+        # Free now for this job: idle, usable, and nobody else's pending job names them.
+        idle = free_nodes(snap.view.topology, snap.view.nodes.values(),
+                          [r for r in snap.reservations.values() if r.name != own],
+                          partition=spec.partition or snap.view.partition, user=job.user)
+        free = (idle & usable) - others
+        lost = sorted(current - usable)
+        if not current <= free and len(free) >= spec.shape.nodes:
+            placement = place(snap.view.topology, free, spec.shape, algo=spec.algo,
+                              alpha=spec.alpha, time_limit=self.time_limit)
+            return Move("bind", f"{len(free)} suitable nodes free now"
+                        + (f", {_hl(lost)} unusable" if lost else
+                           "; its planned nodes were still busy"), placement, snap.now)
+        if not lost:
+            return None
+        return self._repair(snap, predictor, job, spec, usable - others, lost)
+
+    def _repair(self, snap: Snapshot, predictor: LivePredictor, job: JobInfo, spec: JobSpec,
+                pool: set[str], lost: list[str]) -> Move:
+        from reservations.live import plan_nodes, reservation_name
+
+        drain = snap.drain(predictor)
+        topo = snap.view.topology
+        good = [n for n in job.required_nodes if n not in set(lost)]
+        spares = sorted(pool - set(job.required_nodes))
+        chosen: list[str] = []
+        for node in lost:
+            if not spares:
+                break
+            best = min(spares, key=lambda s: (_distance(topo, node, s),
+                                              drain.get(s, snap.now), s))
+            chosen.append(best)
+            spares.remove(best)
+        weight = self.config.reservation.spread_weight_h
+        options: list[tuple[float, Move]] = []
+        if len(chosen) == len(lost):
+            nodes = good + chosen
+            try:
+                placement = place(topo, nodes, spec.shape, algo=spec.algo, alpha=spec.alpha,
+                                  time_limit=self.time_limit)
+                start = max([snap.now, *(drain.get(n, snap.now) for n in nodes)])
+                options.append((_cost(start, snap.now, placement, weight), Move(
+                    "repair", f"{_hl(lost)} unusable: replaced by {_hl(chosen)}",
+                    placement, start)))
+            except InfeasibleError as exc:
+                log.info("job %d: the nearest spares do not fit its shape (%s)", job.job_id,
+                         exc)
+        choice = plan_nodes(snap, predictor, spec.shape, horizon_s=math.inf,
+                            own=reservation_name(job.job_id), spread_weight_h=weight,
+                            alpha=spec.alpha, time_limit=self.time_limit)
+        if choice is not None and not set(choice.nodes) & set(lost):
+            options.append((_cost(choice.expected_start, snap.now, choice.placement, weight),
+                            Move("repair", f"{_hl(lost)} unusable: planned afresh",
+                                 choice.placement, choice.expected_start)))
+        if not options:
+            raise InfeasibleError(f"{_hl(lost)} unusable and no spare fits; it waits")
+        # Ties go to the replacement, which keeps the most of the plan.
+        return min(options, key=lambda o: o[0])[1]
+
+    # -- applying -------------------------------------------------------------------------
+    def _apply(self, snap: Snapshot, job: JobInfo, spec: JobSpec, move: Move) -> None:
+        from reservations.live import reservation_name
+
+        nodes = move.placement.nodes()
+        directory = admin_rankdir(self.config)
+        make_dir(directory, SITE_DIR_MODE)
+        placement_id = secrets.token_hex(8)
+        rankfile, _ = write_files(directory, move.placement, placement_id, spec.rank_order,
+                                  stem=str(job.job_id))
+        name = reservation_name(job.job_id)
+        if name in snap.reservations:
+            self.slurm.update_reservation(name, Nodes=_hl(nodes))
+        self.slurm.update_job(job.job_id, ReqNodeList=_hl(nodes))
+        before = sorted(job.required_nodes)
+        with self.state.transaction() as db:
+            db["bindings"].insert({  # type: ignore[union-attr]
+                "job_id": job.job_id, "user": job.user, "kind": move.kind,
+                "reason": move.reason, "nodes": nodes, "previous": before,
+                "weighted_spread": move.placement.metrics.weighted_spread,
+                "previous_spread": None, "expected_start": move.expected_start,
+                "decided_at": snap.now, "rankfile": str(rankfile)})
+            if name in snap.reservations:
+                db["reservations"].update(name, {"nodes": nodes})  # type: ignore[union-attr]
+        verb = "bound" if move.kind == "bind" else "repaired"
+        self.actions.append(f"{verb} job {job.job_id} on {_hl(nodes)} ({move.reason}; weighted "
+                            f"spread {move.placement.metrics.weighted_spread:.2f})")
+
+    def _clean(self, snap: Snapshot) -> None:
+        """Rank files of jobs that left the queue a while ago."""
+        directory = admin_rankdir(self.config)
+        if not directory.is_dir():
+            return
+        for path in directory.iterdir():
+            stem = path.name.split(".")[0]
+            if not stem.isdigit():
+                continue
+            job = snap.jobs.get(int(stem))
+            if job is not None and job.state not in FINISHED:
+                continue
+            try:
+                if time.time() - path.stat().st_mtime > RANKFILE_GRACE_S:
+                    path.unlink()
+            except FileNotFoundError:
+                pass
+
+
+def bindings_of(state: StateDB, job_ids: Iterable[int]) -> dict[int, list[dict[str, object]]]:
+    """Every binding decision of these jobs, oldest first."""
+    wanted = list(dict.fromkeys(job_ids))
+    out: dict[int, list[dict[str, object]]] = {}
+    if not wanted or "bindings" not in state.db.table_names():
+        return out
+    marks = ",".join("?" * len(wanted))
+    for row in state.db.table("bindings").rows_where(f"job_id in ({marks})", wanted,
+                                                     order_by="id"):
+        out.setdefault(int(row["job_id"]), []).append(row)
+    return out
+
+
+def _may_use(res: Reservation, user: str) -> bool:
+    if any(u.startswith("-") for u in res.users):
+        return f"-{user}" not in res.users
+    return user in res.users
+
+
+def _distance(topology: Topology, a: str, b: str) -> int:
+    if topology.leaf_of(a) == topology.leaf_of(b):
+        return 0
+    if topology.minipod_of(a) == topology.minipod_of(b):
+        return 1
+    return 2
+
+
+def _cost(start: float, now: float, placement: Placement, weight_h: float) -> float:
+    return max(0.0, start - now) / 3600 + weight_h * placement.metrics.weighted_spread
+
+
+def _hl(nodes: Iterable[str]) -> str:
+    return str(hostlist.collect_hostlist(list(nodes)))
+
