@@ -12,11 +12,15 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import math
+import zlib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from slurm_arnold.errors import ArnoldError
 
 FIELDS = ("job_id", "user", "group", "partition", "qos", "name", "submit", "start", "end",
           "nodes", "gpus", "procs", "time_limit", "state", "exit_code")
@@ -65,13 +69,48 @@ def _open_text(path: Path) -> io.TextIOBase:
     return open(path, encoding="utf-8", errors="replace")
 
 
+def _number(value: str) -> float:
+    """A finite number; ``nan``, ``inf`` and overflowing ones are malformed (ValueError)."""
+    number = float(value)
+    if not math.isfinite(number) or abs(number) > 1e15:
+        raise ValueError(f"{value!r} is not a usable number")
+    return number
+
+
 def _known(value: str) -> int | None:
-    number = int(float(value))
+    number = int(_number(value))
     return None if number < 0 else number
 
 
+def _checked(path: Path, items: Iterator[JobRecord | BadLine]) -> Iterator[JobRecord | BadLine]:
+    """``items``, with a file that cannot be read (a ``.gz`` that is not gzip, a vanished
+    file) or that holds no job record at all (empty, binary, every line bad) turned into one
+    ``ArnoldError`` naming it: never an empty result."""
+    records = bad = 0
+    first_bad: BadLine | None = None
+    try:
+        for item in items:
+            if isinstance(item, BadLine):
+                bad += 1
+                first_bad = first_bad or item
+            else:
+                records += 1
+            yield item
+    except (OSError, EOFError, zlib.error) as exc:
+        raise ArnoldError(f"{path}: cannot read ({exc}); check the file") from None
+    if records == 0:
+        why = f"; {bad} unreadable lines, the first: line {first_bad.line}: " \
+              f"{first_bad.problem}" if first_bad else ""
+        raise ArnoldError(f"{path}: no job records in it{why}")
+
+
 def read_swf(path: Path) -> Iterator[JobRecord | BadLine]:
-    """Records of an SWF file (plain or .gz), and a ``BadLine`` for each unreadable line."""
+    """Records of an SWF file (plain or .gz), and a ``BadLine`` for each unreadable line;
+    ``ArnoldError`` for a file with no record in it or one that cannot be read."""
+    return _checked(path, _read_swf(path))
+
+
+def _read_swf(path: Path) -> Iterator[JobRecord | BadLine]:
     with _open_text(path) as fh:
         for number, raw in enumerate(fh, start=1):
             line = raw.strip()
@@ -107,20 +146,24 @@ def _time(value: str) -> int | None:
     if not value:
         return None
     try:
-        return int(float(value))
+        return int(_number(value))
     except ValueError:
         return int(datetime.fromisoformat(value).timestamp())
 
 
 def _int(value: str) -> int | None:
     value = value.strip()
-    return int(float(value)) if value else None
+    return int(_number(value)) if value else None
 
 
 def read_csv(path: Path) -> Iterator[JobRecord | BadLine]:
     """Records of a CSV with the header ``job_id, user, group, partition, qos, name, submit,
     start, end, nodes, gpus, procs, time_limit, state, exit_code`` (times as epoch seconds or
-    ISO 8601, time_limit in seconds)."""
+    ISO 8601, time_limit in seconds); ``ArnoldError`` for a file with no record in it."""
+    return _checked(path, _read_csv(path))
+
+
+def _read_csv(path: Path) -> Iterator[JobRecord | BadLine]:
     with _open_text(path) as fh:
         reader = csv.DictReader(fh)
         missing = [f for f in FIELDS if f not in (reader.fieldnames or [])]

@@ -13,6 +13,22 @@ from rich.console import Console
 from slurm_arnold.errors import ArnoldError
 
 
+def _writable_docs(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Refuse a --docs path that cannot be written before the benchmark runs, not after."""
+    import os
+
+    parent = Path(value).parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise click.BadParameter(f"{parent} is not a directory you can write; give a path in "
+                                 "one", ctx=ctx, param=param)
+    return value
+
+
+#: Every full benchmark writes its section of this file (the quick runs write nothing).
+docs_option = click.option(
+    "--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md", show_default=True,
+    callback=_writable_docs, help="Where the full run writes its section.")
+
 @click.group("bench")
 def bench() -> None:
     """Benchmarks; each writes its section of docs/benchmarks.md."""
@@ -22,8 +38,7 @@ def bench() -> None:
 @click.option("--quick", is_flag=True, help="A small smoke run (does not touch the docs).")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Shift the suite to other clusters.")
-@click.option("--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md",
-              show_default=True, help="Where the full run writes its table.")
+@docs_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_placement(quick: bool, seed: int, docs: str, as_json: bool) -> None:
     """Every placement algorithm side by side on fragmented clusters at three scales."""
@@ -59,8 +74,7 @@ def bench_placement(quick: bool, seed: int, docs: str, as_json: bool) -> None:
               help="Jobs in the history.")
 @click.option("--data", type=click.Path(file_okay=False), default="../shared/data/swf",
               show_default=True, help="Where the shared SWF logs are.")
-@click.option("--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md",
-              show_default=True, help="Where the full run writes its table.")
+@docs_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_predictor(quick: bool, size: int, data: str, docs: str, as_json: bool) -> None:
     """Training time on a large history and prediction latency."""
@@ -89,8 +103,7 @@ def bench_predictor(quick: bool, size: int, data: str, docs: str, as_json: bool)
               show_default=True, help="Where the shared SWF logs are.")
 @click.option("--scale", type=click.IntRange(min=0), default=450_000, show_default=True,
               help="Jobs of the replay-speed run (0: skip it).")
-@click.option("--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md",
-              show_default=True, help="Where the full run writes its table.")
+@docs_option
 @click.option("--logs", default="KTH,Curie", show_default=True,
               help="Which shared logs to replay (each writes its own section).")
 @click.option("--horizons", default="",
@@ -164,8 +177,7 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
               help="Divide the log's times by this.")
 @click.option("--data", type=click.Path(file_okay=False), default="../shared/data/swf",
               show_default=True, help="Where the shared SWF logs are.")
-@click.option("--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md",
-              show_default=True, help="Where the full run writes its section.")
+@docs_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_fidelity(quick: bool, n_jobs: int, first: int, scale: float, data: str, docs: str,
                    as_json: bool) -> None:
@@ -199,8 +211,7 @@ def bench_fidelity(quick: bool, n_jobs: int, first: int, scale: float, data: str
 @click.option("--multi-user/--no-multi-user", default=True, show_default=True,
               help="Also 3 users x 5 concurrent submissions through the site install "
                    "(root: makes the users).")
-@click.option("--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md",
-              show_default=True, help="Where the full run writes its section.")
+@docs_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_sbatch(quick: bool, runs: int, multi_user: bool, docs: str, as_json: bool) -> None:
     """Median wall time of arnold-sbatch vs plain sbatch for a 16-node job, and the latency of
@@ -229,13 +240,43 @@ def bench_sbatch(quick: bool, runs: int, multi_user: bool, docs: str, as_json: b
                    f"{m['failed']} failed")
 
 
+@bench.command("queue")
+@click.option("--quick", is_flag=True, help="A smoke run: 6 jobs (no docs).")
+@click.option("--jobs", "n_jobs", type=click.IntRange(min=2), default=24, show_default=True,
+              help="Jobs of the sequence.")
+@click.option("--period", type=click.FloatRange(min=1), default=5.0, show_default=True,
+              help="Seconds between `arnold reserve sync` passes during the arnold run.")
+@click.option("--seed", type=int, default=7, show_default=True, help="The sequence's seed.")
+@docs_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_queue(quick: bool, n_jobs: int, period: float, seed: int, docs: str,
+                as_json: bool) -> None:
+    """A busy cluster's job sequence through arnold-sbatch vs plain sbatch (live; admin: it
+    runs `arnold reserve sync` and drains a node): refusals, spreads, waits, repair time."""
+    from benchmarks.placement import write_section
+    from benchmarks.queue import markdown, run
+
+    result = run(6 if quick else n_jobs, period, seed,
+                 progress=lambda what: click.echo(f"arnold: bench queue: {what}", err=True))
+    if not quick:
+        write_section(Path(docs), "queue", markdown(
+            result, f"arnold bench queue --jobs {n_jobs} --period {period:g} --seed {seed}"))
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    click.echo(f"{result['jobs']} jobs, {result['refused']} refused; weighted spread "
+               f"{result['arnold_mean_weighted_spread']} vs Slurm's "
+               f"{result['slurm_mean_weighted_spread']} (x{result['spread_ratio']}); mean wait "
+               f"{result['arnold_mean_wait_s']} s vs {result['slurm_mean_wait_s']} s "
+               f"(x{result['wait_ratio']}); repair {result['repair_latency_s']} s")
+
+
 @bench.command("plan")
 @click.option("--quick", is_flag=True, help="A smoke run: two search-time cases (no docs).")
 @click.option("--reference", type=click.Path(dir_okay=False),
               default="../shared/data/reference/megatron-sc21-table1.csv", show_default=True,
               help="Megatron-LM's Table 1 as CSV.")
-@click.option("--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md",
-              show_default=True, help="Where the full run writes its section.")
+@docs_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_plan(quick: bool, reference: str, docs: str, as_json: bool) -> None:
     """The planner's cost model against Megatron-LM's Table 1, and its search time."""
@@ -264,8 +305,7 @@ def bench_plan(quick: bool, reference: str, docs: str, as_json: bool) -> None:
 @click.option("--quick", is_flag=True, help="A smoke run: small instances (no docs).")
 @click.option("--time-limit", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
               help="Seconds per exact solve.")
-@click.option("--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md",
-              show_default=True, help="Where the full run writes its section.")
+@docs_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_pipeline(quick: bool, time_limit: float, docs: str, as_json: bool) -> None:
     """CrossPipe's targets (delay-aware vs 1F1B and ZB-H1), the greedy against the exact

@@ -45,6 +45,26 @@ class ArnoldGroup(click.Group):
         except ArnoldError as exc:
             click.echo(f"arnold: error: {exc}", err=True)
             ctx.exit(1)
+        except (click.exceptions.ClickException, click.exceptions.Exit,
+                click.exceptions.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            click.echo(f"arnold: error: {unexpected(exc)}", err=True)
+            ctx.exit(1)
+
+
+def unexpected(exc: BaseException) -> str:
+    """One line for an error we did not foresee: what the system said for a file it could not
+    use, else the exception and a request to report it; the traceback with -vv."""
+    import traceback
+
+    if logging.getLogger().isEnabledFor(logging.DEBUG):
+        traceback.print_exception(exc, file=sys.stderr)
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"{where}{exc.strerror}"
+    return (f"unexpected {type(exc).__name__}: {exc}; this is a bug in arnold: please report "
+            "it with the same command's output under -vv")
 
 
 def setup_logging(verbose: int) -> None:

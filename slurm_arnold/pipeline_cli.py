@@ -158,8 +158,11 @@ def pipeline(stages: int | None, microbatches: int | None, tf: str, tb: str, tw:
             if name == "all":
                 path = path.with_name(f"{path.stem}-{n}{path.suffix or '.png'}")
             gantt(used, result, path, f"{n}: makespan {result.makespan:g}")
-            log.warning("%s: Gantt chart in %s", n, path)
-    if explain and docs:
+            log.info("%s: Gantt chart in %s", n, path)
+    if not docs:
+        raise ArnoldError("no schedule fits: every one was skipped (see above); raise "
+                          "--mem-limit or lower the micro-batches in flight")
+    if explain:
         _explain(min(docs, key=lambda d: (d["makespan"], max(d["peak_memory"]))), runs,
                  err=as_json)
     if as_json:

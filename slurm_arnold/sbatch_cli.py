@@ -35,4 +35,11 @@ def main(argv: list[str] | None = None) -> None:
     except ArnoldError as exc:
         print(f"arnold-sbatch: error: {exc}", file=sys.stderr)
         code = _exit_error()
+    except KeyboardInterrupt:
+        code = 130
+    except Exception as exc:
+        from slurm_arnold.cli import unexpected
+
+        print(f"arnold-sbatch: error: {unexpected(exc)}", file=sys.stderr)
+        code = _exit_error()
     sys.exit(code)

@@ -247,6 +247,15 @@ class StateDB:
             table.insert(dict(record, created_at=record.get("created_at", time.time())))
             return int(str(table.last_pk))
 
+    def abandon_unfinished(self) -> int:
+        """Mark records still 'submitting' as 'abandoned'; how many. Call it only under the
+        site-wide submit lock: a record is written and settled within one holding, so any
+        still 'submitting' then belongs to a run that died (``kill -9``) in between."""
+        with self.transaction():
+            cursor = self.db.execute(
+                "UPDATE jobs SET status = 'abandoned' WHERE status = 'submitting'")
+            return int(cursor.rowcount)
+
     def jobs(self, limit: int = 100) -> list[dict[str, Any]]:
         """The most recent job records, newest first."""
         return list(self.db.table("jobs").rows_where(order_by="id desc", limit=limit))

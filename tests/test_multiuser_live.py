@@ -335,6 +335,13 @@ def test_a_submission_killed_while_holding_the_site_lock_blocks_nobody(
     waited = re.search(r"waited ([\d.]+) s for the site lock", p.stderr)
     assert waited is not None and float(waited.group(1)) < 1.0, p.stderr
     assert time.monotonic() - t0 < 30
+    # The killed run's half-written record is settled by its user's next submission.
+    p = subprocess.run(as_user(USERS[0], _submit_argv(USERS[0], "--hold")),
+                       capture_output=True, text=True, cwd="/")
+    assert p.returncode == 0, p.stderr
+    db = sqlite3.connect(site.users_dir / USERS[0] / "arnold.db")
+    assert db.execute("SELECT count(*) FROM jobs WHERE status = 'submitting'").fetchone() == (0,)
+    db.close()
 
 
 @pytest.mark.parametrize("umask", [0o077, 0o000])

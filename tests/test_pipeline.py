@@ -282,3 +282,12 @@ def test_bench_pipeline_quick(isolated_config: Path) -> None:
     assert all(r["status"] == "optimal" and r["ratio"] >= 1 - 1e-9
                for r in doc["greedy_vs_exact"])
     assert {r["schedule"] for r in doc["speed"]} == {"1f1b", "i1f1b", "zbh1", "zbh2", "greedy"}
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"], ["--schedule", "1f1b", "--json"]])
+def test_no_schedule_fitting_the_memory_limit_is_an_error_not_an_empty_result(
+        extra: list[str]) -> None:
+    out = CliRunner().invoke(main, ["pipeline", "--stages", "4", "--microbatches", "8",
+                                    "--mem-limit", "0.5", *extra])
+    assert out.exit_code == 1 and out.stdout == ""
+    assert out.stderr.splitlines()[-1].startswith("arnold: error: ")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from dataclasses import replace
@@ -15,6 +16,7 @@ from predictor.features import FEATURES, Vocabulary, compute
 from predictor.model import Calibrator
 from predictor.swf import BadLine, JobRecord, read_swf
 from slurm_arnold.cli import main
+from slurm_arnold.errors import ArnoldError
 from tests.conftest import SHARED
 
 KTH = SHARED / "data" / "swf" / "KTH-SP2-1996-2.swf.gz"
@@ -36,6 +38,32 @@ def test_swf_header_unknowns_truncated_and_garbage(tmp_path: Path) -> None:
     assert (jobs[1].start, jobs[1].end, jobs[1].procs, jobs[1].time_limit) == (None, None, 8, None)
     assert [(b.line, b.problem) for b in bad] == [(5, "5 fields, SWF has 18"),
                                                   (6, "a field is not a number")]
+
+
+@pytest.mark.parametrize("value", ["inf", "1e400", "nan", "-inf"])
+def test_swf_numbers_that_are_not_finite_are_malformed(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "log.swf"
+    path.write_text("1 0 10 100 4 -1 -1 4 3600 -1 1 7 2 -1 1 -1 -1 -1\n"
+                    f"2 {value} 10 100 4 -1 -1 4 3600 -1 1 7 2 -1 1 -1 -1 -1\n")
+    items = list(read_swf(path))
+    assert [i.job_id for i in items if isinstance(i, JobRecord)] == ["1"]
+    assert [(b.line, b.problem) for b in items if isinstance(b, BadLine)] == [
+        (2, "a field is not a number")]
+
+
+@pytest.mark.parametrize("name, data", [
+    ("empty.swf", b""), ("comments.swf", b"; only a header\n"),
+    ("garbage.swf", b"\x00\x01\x02 binary\n"), ("fake.swf.gz", b"not gzip at all\n"),
+    ("cut.swf.gz", gzip.compress(b"1 0 10 100 4 -1 -1 4 3600")[:20])])
+def test_a_log_with_nothing_readable_is_one_error_not_an_empty_result(
+        tmp_path: Path, name: str, data: bytes) -> None:
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(ArnoldError, match=f"^{path}: (no job records|cannot read)"):
+        list(read_swf(path))
+    result = CliRunner().invoke(main, ["predictor", "evaluate", "--swf", str(path)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("arnold: error: ")
 
 
 def _jobs(n: int, seed: int = 0) -> list[JobRecord]:

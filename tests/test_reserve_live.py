@@ -213,7 +213,9 @@ def hostlist_of(text: str) -> list[str]:
 
 
 def test_the_lpj_starts_after_an_admitted_job_ends(slurm: Slurm, env: dict[str, str]) -> None:
-    fill(48, limit_min=2, seconds=4)
+    # The fill must outlast two syncs and two submissions, or the short job simply starts
+    # on the freed nodes and needs no admission.
+    fill(48, limit_min=2, seconds=15)
     lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=2", "-w", "n[041-064]",
                  "--wrap", "sleep 1")
     wait_state(slurm, lpj, {"PENDING"})

@@ -270,7 +270,8 @@ def plan(request: Request, view: ClusterView, free: set[str], slurm: Slurm,
     if tp is None or pp is None:
         raise ArnoldError("give both --tp and --pp (on the command line or #ARNOLD lines), or "
                           "--model with --global-batch to have them planned")
-    g = _gpus_per_node(sb) or view.common_gpus(free)
+    # GPUs per node: asked for, or the free nodes' (the partition's when none is free).
+    g = _gpus_per_node(sb) or view.common_gpus(free or view.nodes)
     nodes = _nodes_option(sb.get("nodes"))
     dp = _int_option(ours.get("dp"), "--dp")
     if dp is not None:
@@ -341,6 +342,7 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
     asked = time.monotonic()
     with site_lock(config) as lock:
         log.debug("waited %.3f s for the site lock", time.monotonic() - asked)
+        db.abandon_unfinished()
         view = live_cluster(slurm, minipod_level=config.minipod_level,
                             partition=request.sbatch.get("partition") or config.partition)
         planned: dict[str, str] = {}
