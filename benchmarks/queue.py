@@ -64,6 +64,7 @@ def sequence(count: int, seed: int = 7) -> list[QueuedJob]:
 
 
 BACKGROUND = ((24, 25), (16, 12), (12, 18))  # (nodes, seconds): 52 of 64 busy at the start
+QUICK_BACKGROUND = ((24, 10), (16, 5), (12, 8))
 
 
 def _submit(cmd: list[str]) -> tuple[int | None, str]:
@@ -106,9 +107,10 @@ def _stamp(text: str) -> float:
 
 
 def _replay(slurm: Slurm, jobs: list[QueuedJob], submit: Callable[[QueuedJob], list[str]],
+            background: tuple[tuple[int, int], ...],
             during: Callable[[float], None] | None = None) -> tuple[list[int | None], list[str]]:
     _wait_empty(slurm, 180)
-    for nodes, seconds in BACKGROUND:
+    for nodes, seconds in background:
         if _submit(_plain(nodes, seconds))[0] is None:
             raise ArnoldError("could not submit the background load")
     t0 = time.monotonic()
@@ -134,16 +136,23 @@ def _replay(slurm: Slurm, jobs: list[QueuedJob], submit: Callable[[QueuedJob], l
 
 
 def run(count: int = 24, period: float = 5.0, seed: int = 7,
-        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Both runs of ``count`` jobs; the comparison."""
+        progress: Callable[[str], None] | None = None,
+        background: tuple[tuple[int, int], ...] = BACKGROUND) -> dict[str, Any]:
+    """Both runs of ``count`` jobs on the same ``background`` load; the comparison."""
     slurm = Slurm()
     say = progress or (lambda _: None)
     bindir = Path(sys.executable).parent
     jobs = sequence(count, seed)
     topology = live_cluster(slurm).topology
 
+    def sync() -> None:
+        subprocess.run([str(bindir / "arnold"), "reserve", "sync"], capture_output=True)
+
+    _wait_empty(slurm, 180)
+    sync()  # no reservation of an earlier run may hold nodes during the plain one
     say(f"run 1/2: {count} jobs through plain sbatch")
-    plain_ids, plain_errors = _replay(slurm, jobs, lambda j: _plain(j.nodes, j.seconds))
+    plain_ids, plain_errors = _replay(slurm, jobs, lambda j: _plain(j.nodes, j.seconds),
+                                      background)
 
     say(f"run 2/2: the same jobs through arnold-sbatch, sync every {period:g} s")
     stop = threading.Event()
@@ -151,7 +160,7 @@ def run(count: int = 24, period: float = 5.0, seed: int = 7,
 
     def loop() -> None:
         while not stop.wait(period):
-            subprocess.run([str(bindir / "arnold"), "reserve", "sync"], capture_output=True)
+            sync()
 
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
@@ -162,11 +171,12 @@ def run(count: int = 24, period: float = 5.0, seed: int = 7,
                                     "--ntasks-per-node=8", "-t", "2", "-o", "/dev/null",
                                     "--tp", "8", "--pp", str(j.pp), "--alpha", str(ALPHA),
                                     "--wrap", f"sleep {j.seconds}"],
-            during=probe.step)
+            background, during=probe.step)
     finally:
         stop.set()
         thread.join()
         probe.undo()
+        sync()  # the reservations of the run's large jobs go with them
     return _compare(jobs, plain_ids, ours_ids, plain_errors + ours_errors, topology,
                     probe.latency(), period)
 

@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 
 from slurm_arnold.errors import ArnoldError
+from slurm_arnold.options import json_option, quick_option
 
 
 def _writable_docs(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -35,11 +36,11 @@ def bench() -> None:
 
 
 @bench.command("placement")
-@click.option("--quick", is_flag=True, help="A small smoke run (does not touch the docs).")
+@quick_option("a few small cases")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Shift the suite to other clusters.")
 @docs_option
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def bench_placement(quick: bool, seed: int, docs: str, as_json: bool) -> None:
     """Every placement algorithm side by side on fragmented clusters at three scales."""
     from rich.progress import Progress
@@ -69,13 +70,13 @@ def bench_placement(quick: bool, seed: int, docs: str, as_json: bool) -> None:
 
 
 @bench.command("predictor")
-@click.option("--quick", is_flag=True, help="A small smoke run (does not touch the docs).")
+@quick_option("a small history")
 @click.option("--size", type=click.IntRange(min=1000), default=450_000, show_default=True,
               help="Jobs in the history.")
 @click.option("--data", type=click.Path(file_okay=False), default="../shared/data/swf",
               show_default=True, help="Where the shared SWF logs are.")
 @docs_option
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def bench_predictor(quick: bool, size: int, data: str, docs: str, as_json: bool) -> None:
     """Training time on a large history and prediction latency."""
     from benchmarks.placement import write_section
@@ -97,8 +98,7 @@ def bench_predictor(quick: bool, size: int, data: str, docs: str, as_json: bool)
 
 
 @bench.command("sim")
-@click.option("--quick", is_flag=True,
-              help="A smoke run: 3 runs on the first 1,000 jobs of each log (no docs).")
+@quick_option("3 runs on the first 1,000 jobs of each log")
 @click.option("--data", type=click.Path(file_okay=False), default="../shared/data/swf",
               show_default=True, help="Where the shared SWF logs are.")
 @click.option("--scale", type=click.IntRange(min=0), default=450_000, show_default=True,
@@ -108,7 +108,7 @@ def bench_predictor(quick: bool, size: int, data: str, docs: str, as_json: bool)
               help="Which shared logs to replay (each writes its own section).")
 @click.option("--horizons", default="",
               help="Instead, sweep the reservation horizon on --logs, e.g. 1,2,4 (hours).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons: str,
               as_json: bool) -> None:
     """slurm vs arnold with every predictor and mode on the shared logs, and replay speed."""
@@ -168,7 +168,7 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
 
 
 @bench.command("fidelity")
-@click.option("--quick", is_flag=True, help="A smoke run: 20 jobs (no docs).")
+@quick_option("20 jobs")
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=2), default=100, show_default=True,
               help="Jobs of the KTH slice.")
 @click.option("--first", type=click.IntRange(min=0), default=10_000, show_default=True,
@@ -178,7 +178,7 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
 @click.option("--data", type=click.Path(file_okay=False), default="../shared/data/swf",
               show_default=True, help="Where the shared SWF logs are.")
 @docs_option
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def bench_fidelity(quick: bool, n_jobs: int, first: int, scale: float, data: str, docs: str,
                    as_json: bool) -> None:
     """A small log on the live cluster (arnold-sbatch + reserve sync) and in the simulator:
@@ -205,14 +205,14 @@ def bench_fidelity(quick: bool, n_jobs: int, first: int, scale: float, data: str
 
 
 @bench.command("sbatch")
-@click.option("--quick", is_flag=True, help="A smoke run: 2 pairs, 2 users x 2 (no docs).")
+@quick_option("2 pairs, 2 users x 2")
 @click.option("--runs", type=click.IntRange(min=1), default=9, show_default=True,
               help="Pairs of submissions (sbatch, arnold-sbatch).")
 @click.option("--multi-user/--no-multi-user", default=True, show_default=True,
               help="Also 3 users x 5 concurrent submissions through the site install "
                    "(root: makes the users).")
 @docs_option
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def bench_sbatch(quick: bool, runs: int, multi_user: bool, docs: str, as_json: bool) -> None:
     """Median wall time of arnold-sbatch vs plain sbatch for a 16-node job, and the latency of
     many users submitting at once (live cluster)."""
@@ -241,23 +241,24 @@ def bench_sbatch(quick: bool, runs: int, multi_user: bool, docs: str, as_json: b
 
 
 @bench.command("queue")
-@click.option("--quick", is_flag=True, help="A smoke run: 6 jobs (no docs).")
+@quick_option("4 jobs, a lighter load")
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=2), default=24, show_default=True,
               help="Jobs of the sequence.")
 @click.option("--period", type=click.FloatRange(min=1), default=5.0, show_default=True,
               help="Seconds between `arnold reserve sync` passes during the arnold run.")
 @click.option("--seed", type=int, default=7, show_default=True, help="The sequence's seed.")
 @docs_option
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def bench_queue(quick: bool, n_jobs: int, period: float, seed: int, docs: str,
                 as_json: bool) -> None:
     """A busy cluster's job sequence through arnold-sbatch vs plain sbatch (live; admin: it
     runs `arnold reserve sync` and drains a node): refusals, spreads, waits, repair time."""
     from benchmarks.placement import write_section
-    from benchmarks.queue import markdown, run
+    from benchmarks.queue import BACKGROUND, QUICK_BACKGROUND, markdown, run
 
-    result = run(6 if quick else n_jobs, period, seed,
-                 progress=lambda what: click.echo(f"arnold: bench queue: {what}", err=True))
+    result = run(4 if quick else n_jobs, period, seed,
+                 progress=lambda what: click.echo(f"arnold: bench queue: {what}", err=True),
+                 background=QUICK_BACKGROUND if quick else BACKGROUND)
     if not quick:
         write_section(Path(docs), "queue", markdown(
             result, f"arnold bench queue --jobs {n_jobs} --period {period:g} --seed {seed}"))
@@ -272,12 +273,12 @@ def bench_queue(quick: bool, n_jobs: int, period: float, seed: int, docs: str,
 
 
 @bench.command("plan")
-@click.option("--quick", is_flag=True, help="A smoke run: two search-time cases (no docs).")
+@quick_option("two search-time cases")
 @click.option("--reference", type=click.Path(dir_okay=False),
               default="../shared/data/reference/megatron-sc21-table1.csv", show_default=True,
               help="Megatron-LM's Table 1 as CSV.")
 @docs_option
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def bench_plan(quick: bool, reference: str, docs: str, as_json: bool) -> None:
     """The planner's cost model against Megatron-LM's Table 1, and its search time."""
     from benchmarks.placement import write_section
@@ -302,11 +303,11 @@ def bench_plan(quick: bool, reference: str, docs: str, as_json: bool) -> None:
 
 
 @bench.command("pipeline")
-@click.option("--quick", is_flag=True, help="A smoke run: small instances (no docs).")
+@quick_option("small instances")
 @click.option("--time-limit", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
               help="Seconds per exact solve.")
 @docs_option
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def bench_pipeline(quick: bool, time_limit: float, docs: str, as_json: bool) -> None:
     """CrossPipe's targets (delay-aware vs 1F1B and ZB-H1), the greedy against the exact
     schedule, and the time to generate and simulate at p = 32, m = 256."""

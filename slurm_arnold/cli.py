@@ -28,6 +28,7 @@ from slurm_arnold.cluster import (
     slurm_choice,
 )
 from slurm_arnold.errors import ArnoldError
+from slurm_arnold.options import json_option
 from slurm_arnold.placement import JobShape, Placement, place
 from slurm_arnold.placement.align import alpha_from_model, auto_alpha, parse_bytes
 from slurm_arnold.placement.engine import check_alpha, place_from_node_list
@@ -167,7 +168,7 @@ def load_view(config: SiteConfig, topology_file: str | None, gpus_per_node: int,
 @click.option("--partition", help="Partition whose nodes count as free (default: Slurm's).")
 @click.option("--minipod-level", type=click.IntRange(min=0),
               help="Switch level that forms a minipod (default: site config, 1).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def topology_show(topology_file: str | None, gpus_per_node: int, partition: str | None,
                   minipod_level: int | None, as_json: bool) -> None:
     """Print the switch tree with free/total GPUs per switch."""
@@ -219,7 +220,7 @@ ALGOS = ("mip", "best-fit", "random-fit", "gpu-packing", "topo-aware", "slurm")
 @click.option("--picture", "picture_path", type=click.Path(dir_okay=False),
               default="arnold-explain.svg", show_default=True,
               help="Where --explain draws (SVG; a .png name gives PNG).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: int | None,
               tp: int, pp: int, dp: int | None, nodes: int | None, alpha: float | None,
               align: str | None, dp_volume: str | None, pp_volume: str | None,
@@ -342,7 +343,7 @@ def _print_placement(result: Placement, topo: Topology) -> None:
               show_default=True, help="Hours of expected wait one unit of spread is worth.")
 @click.option("--horizon-h", type=click.FloatRange(min=0, min_open=True), default=2.0,
               show_default=True, help="Reserve only LPJs whose nodes drain within this.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
             gpus_per_node: int, gpus_per_proc: float, lpj_gpus: int, policy: str,
             predictor_name: str | None, mode: str, placement: str, minipod_level: int,
@@ -391,7 +392,7 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
 @main.command("jobs")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
               help="How many of the most recent jobs.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON list.")
+@json_option("one JSON list")
 def jobs_cmd(limit: int, as_json: bool) -> None:
     """Jobs submitted through arnold-sbatch: shape, placement, spreads, rank-order file."""
     from reservations.binder import bindings_of
@@ -431,17 +432,18 @@ def jobs_cmd(limit: int, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows))
         return
-    table = Table(title=f"arnold jobs ({db.path})")
-    for col in ("job", "user", "status", "TPxPPxDP", "placement", "DP/PP spread", "nodes",
-                "rank-order file"):
-        table.add_column(col)
+    from slurm_arnold.tables import show
+    from slurm_arnold.tables import table as new_table
+
+    table = new_table("job", "user", "status", "TPxPPxDP", "placement", "DP/PP spread",
+                      "nodes", "rank-order file", title=f"arnold jobs ({db.path})")
     for row in rows:
         m = row["metrics"] or {}
         table.add_row(str(row["slurm_job_id"]), row["user"], row["status"],
                       f"{row['tp']}x{row['pp']}x{row['dp']}", str(row["placement"]),
                       f"{m.get('max_dp_spread')}/{m.get('max_pp_spread')}",
                       hostlist.collect_hostlist(row["nodes"]), row["rankfile"] or "")
-    Console(soft_wrap=True).print(table)
+    show(table)
 
 
 @main.group()
@@ -528,7 +530,7 @@ def import_sacct(since: str | None) -> None:
 @click.option("--db", "from_db", is_flag=True, help="The imported history in the state database.")
 @click.option("--plot", type=click.Path(dir_okay=False),
               help="Write a calibration plot (PNG) of predicted vs actual run time here.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def predictor_evaluate(swf_file: str | None, csv_file: str | None, from_db: bool,
                        quantile: float, plot: str | None, as_json: bool) -> None:
     """Train on the first 70% of a log (by submit time), test on the rest, beside the baselines."""
@@ -577,7 +579,7 @@ def predictor_evaluate(swf_file: str | None, csv_file: str | None, from_db: bool
 @click.option("--group", default="", help="Job spec: group or account.")
 @click.option("--partition", default="", help="Job spec: partition.")
 @click.option("--qos", default="", help="Job spec: QOS (the queue, in SWF logs).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def predictor_predict(job_id: int | None, user: str | None, time_limit: str | None,
                       procs: int | None, group: str, partition: str, qos: str,
                       as_json: bool) -> None:
@@ -642,7 +644,7 @@ def predictor_predict(job_id: int | None, user: str | None, time_limit: str | No
 @click.option("--since", help="Import sacct jobs from this time on (default: all).")
 @click.option("--no-import", is_flag=True, help="Train on the history as it is.")
 @click.option("--force", is_flag=True, help="Swap even when the new model is worse.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def predictor_retrain(since: str | None, no_import: bool, force: bool, as_json: bool) -> None:
     """Import finished jobs from sacct, retrain, and swap the model in if it is not worse."""
     from predictor.service import retrain

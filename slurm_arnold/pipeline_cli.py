@@ -12,6 +12,7 @@ import click
 
 from site_config import load_config
 from slurm_arnold.errors import ArnoldError
+from slurm_arnold.options import json_option
 from slurm_arnold.pipeline.run import NAMES, run
 
 log = logging.getLogger("arnold.pipeline")
@@ -79,8 +80,7 @@ SOLVER_SIZE = (4, 8)  # the largest stages and micro-batches `all` hands to the 
 @click.option("--explain", is_flag=True,
               help="Also draw the fastest schedule and walk its critical path (stderr with "
                    "--json).")
-@click.option("--json", "as_json", is_flag=True,
-              help="One JSON object (a list with --schedule all).")
+@json_option("one JSON object (a list with --schedule all)")
 def pipeline(stages: int | None, microbatches: int | None, tf: str, tb: str, tw: str,
              chunks: int, chunk_shape: str, greedy_chunks: int, mem_b: float, mem_w: float,
              mem_limit: float | None, latency: float,

@@ -11,6 +11,7 @@ import click
 
 from site_config import load_config
 from slurm_arnold.errors import ArnoldError
+from slurm_arnold.options import json_option
 
 log = logging.getLogger("arnold.plan")
 
@@ -47,7 +48,7 @@ log = logging.getLogger("arnold.plan")
               show_default=True, help="How the ranks fill nodes and leaves (--evaluate).")
 @click.option("--explain", is_flag=True,
               help="Also say where the step's time goes and what the network is taken to be.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def plan(model_name: str, gpus: int, global_batch: int, seq: int | None, gpu_name: str,
          gpus_per_node: int, topology_file: str | None, evaluate: bool, tp: int | None,
          pp: int | None, dp: int | None, cp: int, ep: int, micro_batch: int, zero: int,

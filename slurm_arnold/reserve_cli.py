@@ -9,11 +9,10 @@ from typing import Any
 
 import click
 import hostlist
-from rich.console import Console
-from rich.table import Table
 
 from site_config import load_config
 from slurm_arnold.errors import ArnoldError
+from slurm_arnold.options import json_option
 
 
 def _reserver(admin_action: str | None = None) -> Any:
@@ -60,7 +59,7 @@ def reserve() -> None:
 
 
 @reserve.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON array.")
+@json_option("one JSON array")
 def reserve_list(as_json: bool) -> None:
     """Our reservations: LPJ, nodes, expected start, admitted short jobs."""
     rows = _reserver().listing()
@@ -70,19 +69,22 @@ def reserve_list(as_json: bool) -> None:
     if not rows:
         click.echo("no arnold reservations")
         return
-    table = Table("reservation", "LPJ", "user", "nodes", "expected start", "spread",
-                  "admitted", "state")
+    from slurm_arnold.tables import show
+    from slurm_arnold.tables import table as new_table
+
+    table = new_table("reservation", "LPJ", "user", "nodes", "expected start", "spread",
+                      "admitted", "state")
     for r in rows:
         table.add_row(r["name"], f"{r['lpj_job_id']} ({r['lpj_state']})", str(r["user"]),
                       hostlist.collect_hostlist(r["nodes"]), _when(r["expected_start"]),
                       "-" if r["weighted_spread"] is None else f"{r['weighted_spread']:.2f}",
                       ",".join(map(str, r["admitted"])) or "-", r["state"])
-    Console().print(table)
+    show(table)
 
 
 @reserve.command("plan")
 @click.argument("job_id", type=int)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def reserve_plan(job_id: int, as_json: bool) -> None:
     """Where LPJ JOB_ID would be reserved, and why (a dry run: changes nothing)."""
     reserver = _reserver()
@@ -141,7 +143,7 @@ def reserve_release(target: str) -> None:
 
 
 @reserve.command("sync")
-@click.option("--json", "as_json", is_flag=True, help="Print the actions as one JSON array.")
+@json_option("the actions as one JSON array")
 def reserve_sync(as_json: bool) -> None:
     """One idempotent pass: make missing reservations, admit or refuse short jobs, delete
     reservations whose LPJ is gone (admin; run every minute from cron or scrontab)."""

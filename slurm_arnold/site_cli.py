@@ -8,6 +8,7 @@ import stat
 import click
 
 from site_config import load_config
+from slurm_arnold.options import json_option
 
 
 @click.group("site")
@@ -29,7 +30,7 @@ def site_init() -> None:
 
 
 @site.command("show")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option()
 def site_show(as_json: bool) -> None:
     """Each path arnold uses, its owner and mode, and whether you may write it."""
     import os

@@ -10,6 +10,7 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,6 +36,24 @@ def slurm() -> Slurm:
 def slurm_conf_dir(slurm: Slurm) -> Path:
     """The directory of the running cluster's slurm.conf (and topology.conf)."""
     return Path(os.environ["SLURM_CONF"]).parent
+
+
+@pytest.fixture(scope="session")
+def site(slurm: Slurm) -> Any:
+    """The site's config as the admin side (root) reads it, with the test users made
+    (``benchmarks.multiuser.USERS``): for the tests that run commands as real Unix users
+    through the site install that ``make cluster`` makes."""
+    from benchmarks import multiuser
+    from site_config import load_config
+
+    if os.geteuid() != 0:
+        pytest.skip("these tests make Unix users and act as the admin side: run them as root "
+                    "(make test does)")
+    venv = multiuser.site_venv()
+    if not (venv / "bin" / "arnold-sbatch").exists():
+        pytest.fail(f"no site install at {venv}: `make cluster` makes it")
+    multiuser.ensure_users()
+    return load_config()
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ import pytest
 
 from benchmarks import multiuser
 from benchmarks.multiuser import USERS, as_user, home, run_at_once
-from site_config import SiteConfig, load_config
+from site_config import SiteConfig
 from slurm_arnold.rankorder import parse
 from slurm_arnold.site_state import SUBMIT_LOCK
 from slurm_arnold.slurm import Slurm
@@ -39,18 +39,6 @@ sleep {sleep}
 """
 SHAPE = ["-N", "4", "--ntasks-per-node=8", "--gpus-per-node=8", "--exclusive", "-t", "3",
          "--tp", "8", "--pp", "2"]
-
-
-@pytest.fixture(scope="module")
-def site(slurm: Slurm) -> SiteConfig:
-    """The site's config as root reads it, with the test users made."""
-    if os.geteuid() != 0:
-        pytest.skip("the multi-user tests make Unix users: run them as root (make test does)")
-    venv = multiuser.site_venv()
-    if not (venv / "bin" / "arnold-sbatch").exists():
-        pytest.fail(f"no site install at {venv}: `make cluster` makes it")
-    multiuser.ensure_users()
-    return load_config()
 
 
 @pytest.fixture(autouse=True)

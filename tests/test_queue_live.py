@@ -12,15 +12,17 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from benchmarks import multiuser
 from benchmarks.multiuser import as_user, home
-from site_config import SiteConfig, load_config
+from site_config import SiteConfig
 from slurm_arnold.rankorder import parse
 from slurm_arnold.slurm import JobInfo, Slurm
 from tests.conftest import wait_for_job
@@ -31,17 +33,6 @@ SCRIPT = """#!/bin/bash
 srun --arnold-rankfile=auto bash -c 'echo "RANKS $SLURMD_NODENAME $SLURM_LOCALID $RANK \
 $LOCAL_RANK $ARNOLD_TP_RANK $ARNOLD_PP_RANK $ARNOLD_DP_RANK"'
 """
-
-
-@pytest.fixture(scope="module")
-def site(slurm: Slurm) -> SiteConfig:
-    """The site's config as the admin side reads it, with the test user made."""
-    if os.geteuid() != 0:
-        pytest.skip("these tests make a Unix user and run the admin loop: run them as root")
-    if not (multiuser.site_venv() / "bin" / "arnold-sbatch").exists():
-        pytest.fail(f"no site install at {multiuser.site_venv()}: `make cluster` makes it")
-    multiuser.ensure_users([USER])
-    return load_config()
 
 
 @pytest.fixture(autouse=True)
@@ -193,6 +184,12 @@ def test_a_queued_job_moves_to_nodes_that_free_first(slurm: Slurm, site: SiteCon
     shown = _record(job_id)
     assert shown["binding"]["kind"] == "bind"
     assert set(shown["nodes"]) == moved
+    # The table for people, piped at 80 columns: every cell whole (folded, never cut to "…").
+    table = subprocess.run(as_user(USER, [str(multiuser.site_venv() / "bin" / "arnold"),
+                                          "jobs"], env={"COLUMNS": "80"}),
+                           capture_output=True, text=True, cwd="/").stdout
+    assert "…" not in table and max(len(line) for line in table.splitlines()) <= 80
+    assert str(job_id) in table and "bound" in table
     slurm.cancel(slow)
 
 
@@ -232,3 +229,14 @@ def test_draining_a_planned_node_of_a_waiting_large_job_repairs_its_plan(
     assert any(a.startswith(f"deleted arnold_{lpj}") for a in _sync())
     assert not [r for r in slurm.reservations() if r.name.startswith("arnold_")]
     assert _sync() == []
+
+
+def test_bench_queue_quick(slurm: Slurm, site: SiteConfig) -> None:
+    proc = subprocess.run([str(Path(sys.executable).parent / "arnold"), "bench", "queue",
+                           "--quick", "--json"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["jobs"] == 4 and doc["refused"] == 0 and doc["errors"] == []
+    assert len(doc["per_job"]) == 4
+    assert all(r["slurm_spread"] >= 1 and r["arnold_spread"] >= 1 for r in doc["per_job"])
+    assert doc["wait_ratio"] is not None and doc["slurm_mean_weighted_spread"] >= 1
