@@ -33,10 +33,22 @@ def _timed(cmd: list[str]) -> tuple[float, int]:
     return seconds, int(proc.stdout.strip().split(";")[0])
 
 
+def _installed(name: str) -> str:
+    """The site install's command (what users run: ``make cluster`` makes it, with compiled
+    bytecode), else this Python's."""
+    from benchmarks.multiuser import site_venv
+
+    try:
+        site = site_venv() / "bin" / name
+    except ArnoldError:
+        site = Path("/nonexistent")
+    return str(site if site.exists() else Path(sys.executable).parent / name)
+
+
 def run(runs: int = 9, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """``runs`` pairs of submissions; medians, their difference and ratio."""
     slurm = Slurm()
-    arnold = str(Path(sys.executable).parent / "arnold-sbatch")
+    arnold = _installed("arnold-sbatch")
     plain: list[float] = []
     ours: list[float] = []
     for i in range(runs):
@@ -48,7 +60,8 @@ def run(runs: int = 9, progress: Callable[[str], None] | None = None) -> dict[st
             progress(f"pair {i + 1}/{runs}: sbatch {plain[-1]:.3f} s, arnold-sbatch "
                      f"{ours[-1]:.3f} s")
     med_plain, med_ours = statistics.median(plain), statistics.median(ours)
-    return {"runs": runs, "sbatch_median_s": round(med_plain, 3),
+    return {"runs": runs, "install": str(Path(arnold).parent.parent),
+            "jobs_known": len(slurm.jobs()), "sbatch_median_s": round(med_plain, 3),
             "arnold_sbatch_median_s": round(med_ours, 3),
             "overhead_median_s": round(med_ours - med_plain, 3),
             "ratio": round(med_ours / med_plain, 2) if med_plain else None,
@@ -60,7 +73,10 @@ def markdown(result: dict[str, Any], command: str) -> str:
     return "\n".join([
         "## arnold-sbatch overhead", "",
         f"Command: `{command}` (on the 64-node local cluster; setup in "
-        "`benchmarks/overhead.py`: a held 16-node TP8 x PP4 x DP4 job, alternating).", "",
+        "`benchmarks/overhead.py`: a held 16-node TP8 x PP4 x DP4 job, alternating; "
+        f"arnold-sbatch from {result.get('install', 'this venv')}; "
+        f"{result.get('jobs_known', '?')} jobs known to slurmctld, which `squeue --json` lists "
+        "in full on every submission).", "",
         f"- median of {result['runs']} submissions: sbatch **{result['sbatch_median_s']} s**, "
         f"arnold-sbatch **{result['arnold_sbatch_median_s']} s**: overhead "
         f"**{result['overhead_median_s']} s** (x{result['ratio']}); target <= 1 s: "

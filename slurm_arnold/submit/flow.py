@@ -199,12 +199,22 @@ def explain(target: str, placement: Placement, view: ClusterView, slurm: Slurm,
     sys.stderr.write(table(placement, theirs, view.topology) + f"\npicture: {path}\n")
 
 
-def after_submit(config: SiteConfig, slurm: Slurm, job_id: int) -> None:
-    """When the submitter is an admin, reserve for a large job or decide a short one's
-    admission at once; otherwise the next ``arnold reserve sync`` does (a user cannot make
-    Slurm reservations). Never fails the submission."""
+def after_submit(config: SiteConfig, slurm: Slurm, job_id: int, *, queued: bool,
+                 gpus: int) -> None:
+    """When the submitter is an admin, reserve for a queued large job or decide a queued short
+    one's admission at once; otherwise the next ``arnold reserve sync`` does (a user cannot
+    make Slurm reservations). A job placed on free nodes, or a short one while we hold no
+    reservation, needs neither, and costs nothing here. Never fails the submission."""
     from slurm_arnold.admins import NotAdmin, require_admin
 
+    if not queued:
+        return
+    try:
+        if gpus < config.reservation.large_job_gpus and not any(
+                r.name.startswith("arnold_") for r in slurm.reservations()):
+            return
+    except ArnoldError:
+        return
     try:
         require_admin(slurm, "reserve sync")
     except NotAdmin:
@@ -402,7 +412,7 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
             placement.alpha, algo, order, request.sbatch.get("partition") or config.partition,
             **{k: request.sbatch.get(k) for k in ("exclude", "nodelist", "constraint")}))
     if code == 0 and job_id:
-        after_submit(config, slurm, int(job_id))
+        after_submit(config, slurm, int(job_id), queued=queued, gpus=job.gpus)
     return code
 
 
