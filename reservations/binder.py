@@ -41,12 +41,12 @@ from typing import TYPE_CHECKING
 import hostlist
 
 from site_config import SiteConfig
-from slurm_arnold.cluster import ClusterView, free_nodes
+from slurm_arnold.cluster import ClusterView, free_nodes, may_use
 from slurm_arnold.errors import ArnoldError, InfeasibleError, SlurmError
 from slurm_arnold.placement import Placement, place
 from slurm_arnold.rankorder import write_files
 from slurm_arnold.site_state import SITE_DIR_MODE, admin_rankdir, make_dir
-from slurm_arnold.slurm import JobInfo, Reservation, Slurm
+from slurm_arnold.slurm import JobInfo, Slurm
 from slurm_arnold.state import StateDB
 from slurm_arnold.submit.flow import FINISHED, narrow_free, taken_by_queue
 from slurm_arnold.submit.spec import BadSpec, JobSpec, read_spec
@@ -129,7 +129,7 @@ class Binder:
         part = spec.partition or snap.view.partition
         blocked: set[str] = set()
         for res in snap.reservations.values():
-            if res.name != own and res.state.upper() == "ACTIVE" and not _may_use(res, job.user):
+            if res.name != own and res.state.upper() == "ACTIVE" and not may_use(res, job.user):
                 blocked.update(res.nodes)
         out = {n for n in snap.view.topology.nodes if n in snap.view.nodes
                and not snap.view.nodes[n].flags & OUT_OF_SERVICE
@@ -263,12 +263,6 @@ def bindings_of(state: StateDB, job_ids: Iterable[int]) -> dict[int, list[dict[s
                                                      order_by="id"):
         out.setdefault(int(row["job_id"]), []).append(row)
     return out
-
-
-def _may_use(res: Reservation, user: str) -> bool:
-    if any(u.startswith("-") for u in res.users):
-        return f"-{user}" not in res.users
-    return user in res.users
 
 
 def _distance(topology: Topology, a: str, b: str) -> int:

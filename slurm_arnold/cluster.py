@@ -53,7 +53,8 @@ class ClusterView:
         return free, total
 
 
-def _may_use(res: Reservation, user: str) -> bool:
+def may_use(res: Reservation, user: str) -> bool:
+    """Whether ``user`` may run jobs in reservation ``res`` (its Users list, or -user)."""
     if any(u.startswith("-") for u in res.users):
         return f"-{user}" not in res.users
     return user in res.users
@@ -70,7 +71,7 @@ def free_nodes(
     """The free nodes (see the module docstring for the definition)."""
     blocked: set[str] = set()
     for res in reservations:
-        if res.state.upper() == "ACTIVE" and not _may_use(res, user):
+        if res.state.upper() == "ACTIVE" and not may_use(res, user):
             blocked.update(res.nodes)
     known = set(topology.nodes)
     return {
