@@ -62,6 +62,11 @@ def arnold(env: dict[str, str], *args: str, check: bool = True,
     if user is not None:
         import pwd
 
+        from benchmarks.multiuser import site_venv
+
+        # Another user runs the site install: the checkout's own venv may sit where only
+        # root can reach (a clone under a 0700 directory).
+        cmd = [str(site_venv() / "bin" / "arnold"), *args]
         entry = pwd.getpwnam(user)
         cmd = ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}",
                "--clear-groups", *cmd]
