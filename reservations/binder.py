@@ -123,7 +123,7 @@ class Binder:
 
     def usable_for(self, snap: Snapshot, job: JobInfo, spec: JobSpec) -> set[str]:
         """Nodes in service that this job may use (partition, reservations, -x/-w/-C)."""
-        from reservations.live import OUT_OF_SERVICE, reservation_name
+        from reservations.live import reservation_name
 
         own = reservation_name(job.job_id)
         part = spec.partition or snap.view.partition
@@ -131,11 +131,7 @@ class Binder:
         for res in snap.reservations.values():
             if res.name != own and res.state.upper() == "ACTIVE" and not may_use(res, job.user):
                 blocked.update(res.nodes)
-        out = {n for n in snap.view.topology.nodes if n in snap.view.nodes
-               and not snap.view.nodes[n].flags & OUT_OF_SERVICE
-               and snap.view.nodes[n].state not in ("DOWN", "FUTURE", "UNKNOWN")
-               and (part is None or part in snap.view.nodes[n].partitions)
-               and n not in blocked}
+        out = set(snap.usable(part)) - blocked
         view = ClusterView(snap.view.topology, snap.view.nodes, out, part)
         return narrow_free(view, spec.narrowing(), set())
 

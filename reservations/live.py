@@ -190,9 +190,10 @@ class Snapshot:
         return cls(time.time(), view, jobs, {r.name: r for r in slurm.reservations()}, g,
                    busy)
 
-    def usable(self) -> list[str]:
-        """Nodes of the partition, in tree order, that are up (busy or not)."""
-        part = self.view.partition
+    def usable(self, partition: str | None = None) -> list[str]:
+        """Nodes of the partition (default: the snapshot's), in tree order, that are up (busy
+        or not)."""
+        part = partition or self.view.partition
         return [n for n in self.view.topology.nodes if n in self.view.nodes
                 and not self.view.nodes[n].flags & OUT_OF_SERVICE
                 and self.view.nodes[n].state not in ("DOWN", "FUTURE", "UNKNOWN")

@@ -31,7 +31,7 @@ from slurm_arnold.errors import ArnoldError
 from slurm_arnold.options import json_option
 from slurm_arnold.placement import JobShape, Placement, place
 from slurm_arnold.placement.align import alpha_from_model, auto_alpha, parse_bytes
-from slurm_arnold.placement.engine import check_alpha, place_from_node_list
+from slurm_arnold.placement.engine import ALGOS, check_alpha, place_from_node_list
 from slurm_arnold.slurm import Slurm
 from slurm_arnold.topology import Topology, read_topology_file
 
@@ -180,7 +180,6 @@ def topology_show(topology_file: str | None, gpus_per_node: int, partition: str 
     Console(soft_wrap=True).print(render_tree(view))
 
 
-ALGOS = ("mip", "best-fit", "random-fit", "gpu-packing", "topo-aware", "slurm")
 
 
 @main.command("place")

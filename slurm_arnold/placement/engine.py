@@ -22,6 +22,8 @@ from slurm_arnold.placement.pool import Pool
 from slurm_arnold.topology import Topology
 
 OFFLINE_ALGOS = ("mip", *BASELINES)
+#: With "slurm": the nodes slurmctld itself would choose (live only).
+ALGOS = (*OFFLINE_ALGOS, "slurm")
 # Largest stages x pipelines x minipods for which a box may be decided cell by cell.
 EXACT_MAX_BINARIES = 4000
 

@@ -31,7 +31,7 @@ from slurm_arnold.cluster import ClusterView, live_cluster, slurm_choice
 from slurm_arnold.errors import ArnoldError, InfeasibleError
 from slurm_arnold.placement import JobShape, Placement, place
 from slurm_arnold.placement.align import alpha_from_model
-from slurm_arnold.placement.engine import check_alpha, place_from_node_list
+from slurm_arnold.placement.engine import ALGOS, check_alpha, place_from_node_list
 from slurm_arnold.rankorder import ORDERS, write_files
 from slurm_arnold.site_state import caller, open_site_db, open_user_db, site_lock, user_subdir
 from slurm_arnold.slurm import JobInfo, Slurm
@@ -46,7 +46,6 @@ from slurm_arnold.submit.options import (
 from slurm_arnold.submit.spec import JobSpec, write_spec
 
 log = logging.getLogger(__name__)
-ALGOS = ("mip", "best-fit", "random-fit", "gpu-packing", "topo-aware", "slurm")
 
 
 @dataclass

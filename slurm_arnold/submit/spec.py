@@ -19,11 +19,11 @@ from typing import Any
 
 from site_config import SiteConfig
 from slurm_arnold.placement import JobShape
+from slurm_arnold.placement.engine import OFFLINE_ALGOS
 from slurm_arnold.rankorder import ORDERS
 from slurm_arnold.site_state import FILE_MODE, USER_DIR_MODE, make_dir, user_dir
 
 SPEC_DIR = "specs"
-ALGOS = ("mip", "best-fit", "random-fit", "gpu-packing", "topo-aware")
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def _validated(doc: Any, path: Path) -> JobSpec:
     alpha = doc.get("alpha")
     if not isinstance(alpha, int | float) or isinstance(alpha, bool) or not 0 <= alpha <= 1:
         raise BadSpec(f"{path}: alpha must be a number in [0, 1]")
-    algo = text("algo", "|".join(ALGOS))
+    algo = text("algo", "|".join(OFFLINE_ALGOS))  # "slurm" jobs are not re-placed
     order = text("rank_order", "|".join(re.escape(o) for o in ORDERS))
     hostexpr = r"[\w.\-\[\],]{1,4096}"
     return JobSpec(
