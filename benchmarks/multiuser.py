@@ -133,29 +133,42 @@ def overlapping(slurm: Slurm, job_ids: Sequence[int]) -> list[tuple[int, int, se
             if nodes[a] & nodes[b]]
 
 
-def bench(per_user: int = 5, nodes: int = 4, users: Sequence[str] = USERS) -> dict[str, Any]:
-    """``len(users) x per_user`` held arnold-sbatch submissions at once (TP 8 x PP 2 on
-    ``nodes`` nodes each), then cancelled: latency p50/p95 and whether any two shared a node."""
+def bench(per_user: int = 5, nodes: int = 4, users: Sequence[str] = USERS,
+          rounds: int = 1) -> dict[str, Any]:
+    """``rounds`` bursts of ``len(users) x per_user`` held arnold-sbatch submissions at once
+    (TP 8 x PP 2 on ``nodes`` nodes each), each cancelled before the next: latency p50/p95 over
+    all of them, the worst burst's p95 (what the target is judged on, so one quiet burst cannot
+    pass it), and whether any two jobs of a burst shared a node."""
     slurm = Slurm()
     venv = site_venv()
     ensure_users(users)
     argv = [str(venv / "bin" / "arnold-sbatch"), "--parsable", "--hold", "-N", str(nodes),
             "--ntasks-per-node=8", "--gpus-per-node=8", "--exclusive", "-t", "5",
             "-o", "/dev/null", "--tp", "8", "--pp", "2", "--wrap", "true"]
-    results = run_at_once([(u, as_user(u, argv)) for u in users for _ in range(per_user)])
-    ids = [r.job_id for r in results if r.job_id is not None]
-    try:
-        shared = overlapping(slurm, ids)
-    finally:
-        for job_id in ids:
-            slurm.cancel(job_id)
-    failed = [r for r in results if r.job_id is None]
-    seconds = [r.seconds for r in results]
+    seconds: list[float] = []
+    burst_p95: list[float] = []
+    shared: list[tuple[int, int, set[str]]] = []
+    failed: list[Submission] = []
+    submitted = 0
+    for _ in range(rounds):
+        results = run_at_once([(u, as_user(u, argv)) for u in users for _ in range(per_user)])
+        ids = [r.job_id for r in results if r.job_id is not None]
+        try:
+            shared += overlapping(slurm, ids)
+        finally:
+            for job_id in ids:
+                slurm.cancel(job_id)
+        submitted += len(ids)
+        failed += [r for r in results if r.job_id is None]
+        seconds += [r.seconds for r in results]
+        burst_p95.append(percentile([r.seconds for r in results], 0.95))
+    worst = max(burst_p95)
     return {"users": len(users), "per_user": per_user, "nodes_per_job": nodes,
-            "submitted": len(ids), "failed": len(failed),
+            "rounds": rounds, "submitted": submitted, "failed": len(failed),
             "first_failure": failed[0].stderr.strip() if failed else None,
             "p50_s": round(statistics.median(seconds), 3),
             "p95_s": round(percentile(seconds, 0.95), 3), "max_s": round(max(seconds), 3),
+            "worst_burst_p95_s": round(worst, 3),
             "shared_node_pairs": [(a, b, hostlist.collect_hostlist(sorted(n)))
                                   for a, b, n in shared],
-            "target_met": percentile(seconds, 0.95) <= 5.0 and not shared and not failed}
+            "target_met": worst <= 5.0 and not shared and not failed}

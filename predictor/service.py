@@ -102,7 +102,7 @@ def predict_job(model: JctModel, job: JobRecord, history: Sequence[JobRecord],
 
 def job_from_queue(slurm: Slurm, job_id: int) -> tuple[JobRecord, dict[str, float]]:
     """A pending job of the live queue as a record, and the queue's load at this moment."""
-    jobs = slurm.jobs()
+    jobs = slurm.jobs(unfinished=True)
     mine = [j for j in jobs if j.job_id == job_id]
     if not mine:
         raise ArnoldError(f"job {job_id} is not in the queue; give a job spec instead "

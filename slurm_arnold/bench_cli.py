@@ -211,9 +211,12 @@ def bench_fidelity(quick: bool, n_jobs: int, first: int, scale: float, data: str
 @click.option("--multi-user/--no-multi-user", default=True, show_default=True,
               help="Also 3 users x 5 concurrent submissions through the site install "
                    "(root: makes the users).")
+@click.option("--bursts", type=click.IntRange(min=1), default=5, show_default=True,
+              help="How many times the multi-user burst is repeated (quick: 1).")
 @docs_option
 @json_option()
-def bench_sbatch(quick: bool, runs: int, multi_user: bool, docs: str, as_json: bool) -> None:
+def bench_sbatch(quick: bool, runs: int, multi_user: bool, bursts: int, docs: str,
+                 as_json: bool) -> None:
     """Median wall time of arnold-sbatch vs plain sbatch for a 16-node job, and the latency of
     many users submitting at once (live cluster)."""
     from benchmarks import multiuser
@@ -224,10 +227,11 @@ def bench_sbatch(quick: bool, runs: int, multi_user: bool, docs: str, as_json: b
                  progress=lambda what: click.echo(f"arnold: bench sbatch: {what}", err=True))
     if multi_user:
         users = multiuser.USERS[:2] if quick else multiuser.USERS
-        result["multi_user"] = multiuser.bench(per_user=2 if quick else 5, users=users)
+        result["multi_user"] = multiuser.bench(per_user=2 if quick else 5, users=users,
+                                               rounds=1 if quick else bursts)
     if not quick:
         write_section(Path(docs), "sbatch-overhead",
-                      markdown(result, f"arnold bench sbatch --runs {runs}"))
+                      markdown(result, f"arnold bench sbatch --runs {runs} --bursts {bursts}"))
     if as_json:
         click.echo(json.dumps(result))
         return
@@ -235,9 +239,10 @@ def bench_sbatch(quick: bool, runs: int, multi_user: bool, docs: str, as_json: b
                f"{result['arnold_sbatch_median_s']} s: overhead {result['overhead_median_s']} s")
     if "multi_user" in result:
         m = result["multi_user"]
-        click.echo(f"{m['users']} users x {m['per_user']} at once: p50 {m['p50_s']} s, p95 "
-                   f"{m['p95_s']} s; {len(m['shared_node_pairs'])} pairs sharing nodes, "
-                   f"{m['failed']} failed")
+        click.echo(f"{m['rounds']} x {m['users']} users x {m['per_user']} at once: p50 "
+                   f"{m['p50_s']} s, p95 {m['p95_s']} s, worst burst p95 "
+                   f"{m['worst_burst_p95_s']} s; {len(m['shared_node_pairs'])} pairs sharing "
+                   f"nodes, {m['failed']} failed")
 
 
 @bench.command("queue")

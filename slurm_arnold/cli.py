@@ -618,7 +618,7 @@ def predictor_predict(job_id: int | None, user: str | None, time_limit: str | No
     model = load_serving(config)
     if load_now is None:
         try:
-            load_now = queue_load(Slurm().jobs(), job.user)
+            load_now = queue_load(Slurm().jobs(unfinished=True), job.user)
         except ArnoldError as exc:
             click.echo(f"arnold: no live queue ({exc}); queue-load features taken as empty",
                        err=True)

@@ -91,9 +91,16 @@ class JobInfo:
 
 
 def _gpus_in_tres(text: str | None) -> int:
-    """GPUs in a TRES string such as ``cpu=4,node=4,gres/gpu=32``."""
+    """GPUs in a TRES string such as ``cpu=4,node=4,gres/gpu=32``.
+
+    Where typed GPUs are tracked too (``gres/gpu=8,gres/gpu:a100=8``) the untyped count is
+    their total already; typed counts are summed only when it is absent.
+    """
+    untyped = re.search(r"(?:^|,)gres/gpu=(\d+)", text or "")
+    if untyped:
+        return int(untyped.group(1))
     return sum(int(m.group(1)) for m in
-               re.finditer(r"(?:^|,)gres/gpu(?::[\w.-]+)?=(\d+)", text or ""))
+               re.finditer(r"(?:^|,)gres/gpu:[\w.-]+=(\d+)", text or ""))
 
 
 @dataclass(frozen=True)
@@ -244,9 +251,14 @@ def _jobs_from_json_v0038(doc: Mapping[str, Any]) -> list[JobInfo]:
     return out
 
 
-_SQUEUE_FIELDS = ["JobID", "Name", "UserName", "State", "NodeList", "Partition", "TimeLimit",
-                  "StartTime", "EndTime", "Reservation", "NumNodes", "tres-per-node",
-                  "SubmitTime", "ReqNodes", "Reason", "PriorityLong"]
+# Name comes last: it is the one field a user chooses freely (it may hold "|"), so a line is
+# split into exactly as many fields as there are, the rest of it being the name.
+_SQUEUE_FIELDS = ["JobID", "UserName", "State", "NodeList", "Partition", "TimeLimit",
+                  "StartTime", "EndTime", "Reservation", "NumNodes", "tres-alloc",
+                  "SubmitTime", "ReqNodes", "Reason", "PriorityLong", "Name"]
+#: What ``squeue`` lists without ``--states``: every job not finished.
+_SQUEUE_UNFINISHED = "PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING,RESIZING,REQUEUED," \
+    "REQUEUE_FED,REQUEUE_HOLD,SIGNALING,STAGE_OUT,STOPPED,RESV_DEL_HOLD,SPECIAL_EXIT"
 
 
 def _parse_duration_min(text: str) -> int | None:
@@ -299,29 +311,29 @@ def _parse_time(text: str) -> int | None:
 
 
 def _jobs_from_squeue_text(text: str) -> list[JobInfo]:
+    """Jobs from ``squeue --noheader --Format`` with ``_SQUEUE_FIELDS``, each ended by "|"."""
     out = []
     for line in text.splitlines():
         if not line.strip():
             continue
-        f = line.split("|")
-        if len(f) != len(_SQUEUE_FIELDS):
+        f = line.removesuffix("|").split("|", len(_SQUEUE_FIELDS) - 1)
+        if len(f) != len(_SQUEUE_FIELDS) or not f[0].strip().isdigit():
             raise SlurmOutputError(f"squeue: unexpected line {line!r}")
-        nodes = f[4].strip()
-        count = int(f[10]) if f[10].strip().isdigit() else 0
-        required = f[13].strip()
+        f = [field.strip() for field in f[:-1]] + [f[-1]]
+        nodes, required = f[3], f[12]
         out.append(JobInfo(
-            job_id=int(f[0]), name=f[1], user=f[2], state=f[3].upper(),
+            job_id=int(f[0]), name=f[15], user=f[1], state=f[2].upper(),
             nodes=tuple(hostlist.expand_hostlist(nodes)) if nodes and nodes != "(null)" else (),
-            partition=f[5], time_limit_min=_parse_duration_min(f[6]),
-            start_time=_parse_time(f[7]), end_time=_parse_time(f[8]),
-            reservation=f[9] if f[9] not in ("", "(null)") else None,
-            node_count=count,
-            gpus=parse_gpu_count(f[11].strip().removeprefix("gres:")) * count,
-            submit_time=_parse_time(f[12]),
+            partition=f[4], time_limit_min=_parse_duration_min(f[5]),
+            start_time=_parse_time(f[6]), end_time=_parse_time(f[7]),
+            reservation=f[8] if f[8] not in ("", "(null)") else None,
+            node_count=int(f[9]) if f[9].isdigit() else 0,
+            gpus=_gpus_in_tres(f[10]),
+            submit_time=_parse_time(f[11]),
             required_nodes=tuple(hostlist.expand_hostlist(required))
             if required and required != "(null)" else (),
-            reason=f[14].strip(),
-            priority=int(f[15]) if f[15].strip().isdigit() else 0,
+            reason=f[13],
+            priority=int(f[14]) if f[14].isdigit() else 0,
         ))
     return out
 
@@ -510,15 +522,22 @@ class Slurm:
         return None
 
     # -- jobs ---------------------------------------------------------------------------
-    def jobs(self) -> list[JobInfo]:
-        """Every job slurmctld still knows."""
-        doc = self._json(["squeue"])
-        if doc is not None:
-            return _jobs_from_json_v0038(doc)
+    def jobs(self, *, unfinished: bool = False) -> list[JobInfo]:
+        """Every job slurmctld still knows, or with ``unfinished`` only those not finished.
+
+        ``unfinished`` asks squeue for text filtered by state: its ``--json`` ignores every
+        filter (22.05) and lists each finished job slurmctld keeps (``MinJobAge``) at a few
+        kilobytes apiece, which arnold-sbatch would pay inside the site lock on every submission.
+        """
+        if not unfinished:
+            doc = self._json(["squeue"])
+            if doc is not None:
+                return _jobs_from_json_v0038(doc)
         fmt = ",".join(f"{name}:|" for name in _SQUEUE_FIELDS)
-        out = self.run(["squeue", "--all", "--noheader", "--states=all", "--Format", fmt]).stdout
-        return _jobs_from_squeue_text("\n".join(line.rstrip("|").rstrip() for line in
-                                                out.splitlines()))
+        states = _SQUEUE_UNFINISHED if unfinished else "all"
+        out = self.run(["squeue", "--all", "--noheader", f"--states={states}", "--Format",
+                        fmt]).stdout
+        return _jobs_from_squeue_text(out)
 
     def submit(self, args: Sequence[str], script: str | None = None) -> int:
         """Submit with ``sbatch --parsable``; return the job id.

@@ -2,8 +2,9 @@
 
 Two of them (``slurm_arnold.site_state`` says where and why): the site's, written by the admin
 side and read by every user, and each user's own, written by that user's arnold-sbatch. Both
-have the same schema. Later parts add tables by registering migrations on ``MIGRATIONS`` here;
-migrations are applied in order, each in its own transaction, when a writer opens the file.
+have the same schema, whose steps (``slurm_arnold.migrations``) are applied in order, each in
+its own transaction, when a writer opens the file. arnold-sbatch's path uses plain sqlite3;
+``StateDB.db`` gives sqlite-utils' API to the admin side.
 
 Journal modes: a user's own database is WAL (concurrent readers never block its writer). The
 site database uses a rollback journal (``DELETE``): SQLite cannot open a WAL database read-only
@@ -21,81 +22,24 @@ import time
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
-
-import sqlite_utils
-from sqlite_utils.migrations import Migrations
+from typing import TYPE_CHECKING, Any, Literal
 
 from slurm_arnold.errors import StateError
+from slurm_arnold.migrations import MIGRATION_SET, STEPS, migrations
 
-MIGRATIONS = Migrations("slurm_arnold")
+if TYPE_CHECKING:
+    import sqlite_utils
+
+#: sqlite-utils' table of applied migration steps (``Migrations.migrations_table``).
+MIGRATIONS_TABLE = "_sqlite_migrations"
 log = logging.getLogger(__name__)
 
 
-@MIGRATIONS(name="0001_jobs")
-def _create_jobs(db: sqlite_utils.Database) -> None:
-    db["jobs"].create(  # type: ignore[union-attr]
-        {
-            "id": int,
-            "created_at": float,
-            "user": str,
-            "slurm_job_id": int,
-            "spec": str,  # JSON: the job's TP/PP/DP, GPUs per node, alpha, sbatch options
-            "placement": str,  # JSON: the placement (assignment, metrics, solver info)
-            "rankfile": str,
-            "status": str,
-        },
-        pk="id",
-    )
-    db["jobs"].create_index(["slurm_job_id"])  # type: ignore[union-attr]
-
-
-@MIGRATIONS(name="0002_history")
-def _create_history(db: sqlite_utils.Database) -> None:
-    # Finished jobs for the predictor (predictor/history.py), one row per (source, job id).
-    db["history"].create(  # type: ignore[union-attr]
-        {"source": str, "job_id": str, "user": str, "group": str, "partition": str, "qos": str,
-         "name": str, "submit": int, "start": int, "end": int, "nodes": int, "gpus": int,
-         "procs": int, "time_limit": int, "state": str, "exit_code": int},
-        pk=("source", "job_id"),
-    )
-    db["history"].create_index(["submit"])  # type: ignore[union-attr]
-
-
-@MIGRATIONS(name="0003_reservations")
-def _create_reservations(db: sqlite_utils.Database) -> None:
-    # reservations/live.py: our Slurm reservations (named arnold_<LPJ id>) and every admission
-    # decision with the prediction behind it.
-    db["reservations"].create(  # type: ignore[union-attr]
-        {"name": str, "lpj_job_id": int, "user": str, "nodes": str, "expected_start": float,
-         "weighted_spread": float, "source": str, "created_at": float, "state": str,
-         "lpj_held": int, "released_at": float, "release_reason": str},
-        pk="name",
-    )
-    db["admissions"].create(  # type: ignore[union-attr]
-        {"id": int, "job_id": int, "user": str, "reservation": str, "decision": str,
-         "source": str, "predictor": str, "predicted_s": float, "upper_s": float,
-         "expected_start": float, "mode": str, "time_limit_min": int, "decided_at": float,
-         "last_decided_at": float, "times": int},
-        pk="id",
-    )
-    db["admissions"].create_index(["job_id", "reservation"])  # type: ignore[union-attr]
-
-
-@MIGRATIONS(name="0004_bindings")
-def _create_bindings(db: sqlite_utils.Database) -> None:
-    # reservations/binder.py: every time sync placed a waiting job again (its planned nodes
-    # failed, or enough others freed first), with the nodes before and after and why.
-    db["bindings"].create(  # type: ignore[union-attr]
-        {"id": int, "job_id": int, "user": str, "kind": str, "reason": str, "nodes": str,
-         "previous": str, "weighted_spread": float, "previous_spread": float,
-         "expected_start": float, "decided_at": float, "rankfile": str},
-        pk="id",
-    )
-    db["bindings"].create_index(["job_id"])  # type: ignore[union-attr]
-
-
+#: The columns of ``jobs`` (slurm_arnold.migrations, 0001_jobs): the only names put into SQL.
+JOB_COLUMNS = frozenset({"id", "created_at", "user", "slurm_job_id", "spec", "placement",
+                         "rankfile", "status"})
 #: Mode of every database file we create (the -journal/-wal/-shm files follow it).
 DB_FILE_MODE = 0o644
 READONLY_HINT = ("it is written by the admin side only (`arnold reserve sync`, `arnold "
@@ -167,9 +111,9 @@ class StateDB:
             if not self.readonly:
                 self._set_journal(conn)
             conn.execute("PRAGMA foreign_keys = ON")
-            self.db = sqlite_utils.Database(conn)
+            self.conn = conn
             if self.readonly:
-                if MIGRATIONS.pending(self.db):
+                if self._pending():
                     raise StateError(f"{self.path}: the state database is older than this "
                                      "arnold; an admin runs `arnold site init` to upgrade it")
             else:
@@ -196,6 +140,31 @@ class StateDB:
         finally:
             conn.execute(f"PRAGMA busy_timeout = {int(busy)}")
 
+    @cached_property
+    def db(self) -> sqlite_utils.Database:
+        """The connection as a sqlite-utils ``Database`` (made on first use: see
+        ``slurm_arnold.migrations`` for why arnold-sbatch's path never needs it)."""
+        import sqlite_utils
+
+        return sqlite_utils.Database(self.conn)
+
+    @contextmanager
+    def _immediate(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction that takes the write lock up front (``BEGIN IMMEDIATE``)."""
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if "readonly" in str(exc):
+                raise StateError(f"{self.path}: cannot write ({exc}); {READONLY_HINT}") from None
+            raise
+        try:
+            yield self.conn
+        except BaseException:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
     @contextmanager
     def transaction(self) -> Iterator[sqlite_utils.Database]:
         """A write transaction that takes the write lock up front (``BEGIN IMMEDIATE``).
@@ -205,67 +174,93 @@ class StateDB:
         writers wait their turn (up to the busy timeout) instead. sqlite-utils operations inside
         nest as savepoints.
         """
-        try:
-            self.db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            if "readonly" in str(exc):
-                raise StateError(f"{self.path}: cannot write ({exc}); {READONLY_HINT}") from None
-            raise
-        try:
+        with self._immediate():
             yield self.db
-        except BaseException:
-            if self.db.conn.in_transaction:
-                self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+
+    def _applied_names(self) -> list[str]:
+        exists = self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                                   "name = ?", [MIGRATIONS_TABLE]).fetchone()
+        if not exists:
+            return []
+        rows = self.conn.execute(f"SELECT name FROM [{MIGRATIONS_TABLE}] WHERE migration_set = ?"
+                                 " ORDER BY rowid", [MIGRATION_SET])
+        return [str(name) for (name,) in rows]
+
+    def _pending(self) -> bool:
+        return bool({name for name, _ in STEPS} - set(self._applied_names()))
 
     def _migrate(self) -> None:
         # Pending migrations are checked and applied under the write lock, so two processes
         # opening a new database at once never both apply one.
-        if not MIGRATIONS.pending(self.db):
+        if not self._pending():
             return
-        with self.transaction():
-            MIGRATIONS.apply(self.db)
+        with self.transaction() as db:
+            migrations().apply(db)
 
     def applied_migrations(self) -> list[str]:
         """Names of the migrations applied to this database, in order."""
-        return [m.name for m in MIGRATIONS.applied(self.db)]
+        return self._applied_names()
 
     def integrity_ok(self) -> bool:
         """Whether ``PRAGMA integrity_check`` reports ``ok``."""
-        row = self.db.execute("PRAGMA integrity_check").fetchone()
+        row = self.conn.execute("PRAGMA integrity_check").fetchone()
         return bool(row and row[0] == "ok")
 
     def journal_mode(self) -> str:
         """The journal mode in force (``wal``)."""
-        return str(self.db.execute("PRAGMA journal_mode").fetchone()[0])
+        return str(self.conn.execute("PRAGMA journal_mode").fetchone()[0])
 
     def record_job(self, record: dict[str, Any]) -> int:
         """Insert a job record; return its id."""
-        with self.transaction():
-            table = self.db.table("jobs")
-            table.insert(dict(record, created_at=record.get("created_at", time.time())))
-            return int(str(table.last_pk))
+        row = dict(record, created_at=record.get("created_at", time.time()))
+        unknown = set(row) - JOB_COLUMNS
+        if unknown:
+            raise ValueError(f"not columns of jobs: {sorted(unknown)}")
+        names = ", ".join(f"[{name}]" for name in row)
+        marks = ", ".join("?" for _ in row)
+        with self._immediate() as conn:
+            cursor = conn.execute(f"INSERT INTO jobs ({names}) VALUES ({marks})",
+                                  list(row.values()))
+            return int(cursor.lastrowid or 0)
+
+    def update_job(self, record_id: int, fields: dict[str, Any]) -> None:
+        """Change some columns of one job record."""
+        unknown = set(fields) - JOB_COLUMNS
+        if unknown:
+            raise ValueError(f"not columns of jobs: {sorted(unknown)}")
+        sets = ", ".join(f"[{name}] = ?" for name in fields)
+        with self._immediate() as conn:
+            conn.execute(f"UPDATE jobs SET {sets} WHERE id = ?", [*fields.values(), record_id])
+
+    def job_record(self, record_id: int) -> dict[str, Any] | None:
+        """One job record by its id, or None."""
+        rows = self._job_rows("id = ?", [record_id], limit=1)
+        return rows[0] if rows else None
 
     def abandon_unfinished(self) -> int:
         """Mark records still 'submitting' as 'abandoned'; how many. Call it only under the
         site-wide submit lock: a record is written and settled within one holding, so any
         still 'submitting' then belongs to a run that died (``kill -9``) in between."""
-        with self.transaction():
-            cursor = self.db.execute(
+        with self._immediate() as conn:
+            cursor = conn.execute(
                 "UPDATE jobs SET status = 'abandoned' WHERE status = 'submitting'")
             return int(cursor.rowcount)
 
     def jobs(self, limit: int = 100) -> list[dict[str, Any]]:
         """The most recent job records, newest first."""
-        return list(self.db.table("jobs").rows_where(order_by="id desc", limit=limit))
+        return self._job_rows("1", [], limit=limit)
 
     def job(self, slurm_job_id: int) -> dict[str, Any] | None:
         """The latest record of a Slurm job submitted through arnold-sbatch, or None."""
-        rows = self.db.table("jobs").rows_where("slurm_job_id = ?", [slurm_job_id],
-                                                 order_by="id desc", limit=1)
-        return next(iter(rows), None)
+        rows = self._job_rows("slurm_job_id = ?", [slurm_job_id], limit=1)
+        return rows[0] if rows else None
+
+    def _job_rows(self, where: str, args: list[Any], *, limit: int) -> list[dict[str, Any]]:
+        cursor = self.conn.execute(f"SELECT * FROM jobs WHERE {where} ORDER BY id DESC "
+                                   "LIMIT ?", [*args, limit])
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor]
 
     def close(self) -> None:
         """Close the connection."""
-        self.db.close()
+        self.conn.close()

@@ -35,6 +35,45 @@ def test_json_and_text_parsers_agree_on_the_live_cluster(slurm: Slurm) -> None:
     assert all(n.gpus_total > 0 for n in slurm.nodes())
 
 
+def test_json_and_text_job_lists_agree_on_awkward_jobs(slurm: Slurm) -> None:
+    # The text path (what arnold-sbatch reads inside the site lock) must see what --json sees:
+    # a name with "|" and spaces (the one free-form field), a GPU total (--gpus) rather than
+    # per node, required nodes (-w), a running job's nodes.
+    free = [n.name for n in slurm.nodes() if n.state == "IDLE" and not n.flags][:3]
+    assert len(free) == 3, "needs 3 idle nodes"
+    tag = uuid.uuid4().hex[:6]
+    ids = [
+        slurm.submit(["--hold", "-N", "2", "--gpus=12", "-t", "5", "-J", f"a|b c|{tag}",
+                      "-o", "/dev/null"], "#!/bin/bash\ntrue\n"),
+        slurm.submit(["--hold", "-N", "1", "--gpus-per-node=4", "-w", free[0], "-t", "5",
+                      "-J", f"pinned-{tag}", "-o", "/dev/null"], "#!/bin/bash\ntrue\n"),
+        slurm.submit(["-N", "2", "--gpus-per-node=8", "-w", ",".join(free[1:]), "-t", "5",
+                      "-J", f"running-{tag}", "-o", "/dev/null"], "#!/bin/bash\nsleep 60\n"),
+    ]
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            running = {j.job_id: j for j in slurm.jobs(unfinished=True)}
+            if running.get(ids[2]) and running[ids[2]].state == "RUNNING":
+                break
+            time.sleep(0.5)
+        by_json = {j.job_id: j for j in slurm.jobs() if j.job_id in ids}
+        by_text = {j.job_id: j for j in slurm.jobs(unfinished=True) if j.job_id in ids}
+        by_all_text = {j.job_id: j for j in Slurm(use_json=False).jobs() if j.job_id in ids}
+        assert by_text == by_json == by_all_text
+        assert by_text[ids[0]].name == f"a|b c|{tag}" and by_text[ids[0]].gpus == 12
+        assert by_text[ids[1]].required_nodes == (free[0],)
+        assert by_text[ids[2]].state == "RUNNING" and set(by_text[ids[2]].nodes) == set(free[1:])
+    finally:
+        for job_id in ids:
+            slurm.cancel(job_id)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(
+            j.job_id in ids for j in slurm.jobs(unfinished=True)):
+        time.sleep(0.5)
+    assert not any(j.job_id in ids for j in slurm.jobs(unfinished=True))
+
+
 @pytest.fixture
 def reservation_name() -> Iterator[str]:
     name = f"arnoldtest_{uuid.uuid4().hex[:8]}"

@@ -60,3 +60,47 @@ def test_unwritable_directory_is_a_clear_error(tmp_path: Path) -> None:
     blocker.write_text("x")
     with pytest.raises(StateError, match="state_dir"):
         StateDB(blocker / "sub" / "arnold.db")
+
+
+def test_plain_sqlite_view_of_migrations_agrees_with_sqlite_utils(tmp_path: Path) -> None:
+    from slurm_arnold.migrations import migrations
+
+    db = StateDB(tmp_path / "arnold.db")
+    assert [m.name for m in migrations().applied(db.db)] == db.applied_migrations()
+    assert not migrations().pending(db.db)
+    # A database one step behind is brought up to date on the next writer's open.
+    db.conn.execute("DELETE FROM _sqlite_migrations WHERE name = '0004_bindings'")
+    db.conn.execute("DROP TABLE bindings")
+    db.close()
+    again = StateDB(tmp_path / "arnold.db")
+    assert again.applied_migrations()[-1] == "0004_bindings"
+    assert "bindings" in again.db.table_names()
+
+
+def test_job_records_round_trip_and_reject_unknown_columns(tmp_path: Path) -> None:
+    db = StateDB(tmp_path / "arnold.db")
+    first = db.record_job({"user": "alice", "slurm_job_id": None, "status": "submitting"})
+    db.update_job(first, {"slurm_job_id": 7, "status": "submitted"})
+    record = db.job_record(first)
+    assert record is not None and (record["slurm_job_id"], record["status"]) == (7, "submitted")
+    assert db.job(7) == record
+    assert db.job_record(first + 100) is None
+    with pytest.raises(ValueError, match="not columns of jobs"):
+        db.record_job({"user": "alice", "owner; DROP TABLE jobs": 1})
+    with pytest.raises(ValueError, match="not columns of jobs"):
+        db.update_job(first, {"nope": 1})
+    assert db.job(7) == record
+
+
+def test_arnold_sbatch_starts_without_numpy_or_sqlite_utils() -> None:
+    # Every user pays arnold-sbatch's start-up time; numpy (pulled in by sqlite-utils) alone
+    # doubled its CPU and made 15 concurrent submissions miss the latency target.
+    import subprocess
+    import sys
+
+    code = ("import sys, slurm_arnold.sbatch_cli; "
+            "print(sorted(m for m in ('numpy', 'sqlite_utils', 'pyscipopt', 'lightgbm') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]"

@@ -21,14 +21,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 
 def product_upper_bound(caps: Sequence[int], rows: int, cols: int, a: int, b: int) -> float:
     """Upper bound on the units that fit with DP spread <= a and PP spread <= b.
 
     ``caps`` are minipod capacities in units, largest first.
     """
+    # numpy costs a tenth of a second to import; most submissions never reach this bound,
+    # and every user pays arnold-sbatch's start-up time.
+    import numpy as np
+
     top = np.asarray(list(caps)[: min(len(caps), rows * a, cols * b)], dtype=float)
     budget = rows * a
     rho = np.arange(1, rows + 1, dtype=float)

@@ -357,7 +357,7 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
         planned: dict[str, str] = {}
         if "model" in request.ours and not {"tp", "pp"} <= set(request.ours):
             planned = layout_from_model(request, view, config)
-        free = narrow_free(view, request.sbatch, taken_by_queue(slurm.jobs()))
+        free = narrow_free(view, request.sbatch, taken_by_queue(slurm.jobs(unfinished=True)))
         try:
             job, placement, algo = plan(
                 request, view, free, slurm, config.network,
@@ -404,7 +404,8 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
         code = _run_sbatch(sbatch_argv, request, out, (db, record_id, lock), env,
                            share_lock="wait" not in request.sbatch,
                            status="queued" if queued else "submitted")
-    job_id = db.db.table("jobs").get(record_id)["slurm_job_id"]
+    stored = db.job_record(record_id)
+    job_id = stored["slurm_job_id"] if stored else None
     if job_id:
         write_spec(config, JobSpec(
             int(job_id), caller(), placement_id, job.tp, job.pp, job.dp, job.gpus_per_node,
@@ -451,10 +452,8 @@ def _run_sbatch(argv: list[str], request: Request, out: IO[bytes],
     if record is not None:
         db, record_id, lock = record
         match = re.search(rb"(\d+)", first)
-        with db.transaction():
-            db.db.table("jobs").update(record_id, {
-                "slurm_job_id": int(match.group(1)) if match else None,
-                "status": status if match else "sbatch-failed"})
+        db.update_job(record_id, {"slurm_job_id": int(match.group(1)) if match else None,
+                                  "status": status if match else "sbatch-failed"})
         fcntl.flock(lock, fcntl.LOCK_UN)
         log.debug("released the site lock")
     stream = proc.stdout
