@@ -152,6 +152,12 @@ class Binder:
         if not current <= free and len(free) >= spec.shape.nodes:
             placement = place(snap.view.topology, free, spec.shape, algo=spec.algo,
                               alpha=spec.alpha, time_limit=self.time_limit)
+            kept = self._keep_planned(snap, job, spec, free) if lost else None
+            # A job that lost a node (a requeued one above all: its survivors may hold its
+            # caches) keeps its other nodes when that costs no spread.
+            if kept is not None and \
+                    kept.placement.metrics.weighted_spread <= placement.metrics.weighted_spread:
+                return kept
             return Move("bind", f"{len(free)} suitable nodes free now"
                         + (f", {_hl(lost)} unusable" if lost else
                            "; its planned nodes were still busy"), placement, snap.now)
@@ -166,15 +172,7 @@ class Binder:
         drain = snap.drain(predictor)
         topo = snap.view.topology
         good = [n for n in job.required_nodes if n not in set(lost)]
-        spares = sorted(pool - set(job.required_nodes))
-        chosen: list[str] = []
-        for node in lost:
-            if not spares:
-                break
-            best = min(spares, key=lambda s: (_distance(topo, node, s),
-                                              drain.get(s, snap.now), s))
-            chosen.append(best)
-            spares.remove(best)
+        chosen = _nearest(topo, lost, pool - set(job.required_nodes), drain, snap.now)
         weight = self.config.reservation.spread_weight_h
         options: list[tuple[float, Move]] = []
         if len(chosen) == len(lost):
@@ -200,6 +198,24 @@ class Binder:
             raise InfeasibleError(f"{_hl(lost)} unusable and no spare fits; it waits")
         # Ties go to the replacement, which keeps the most of the plan.
         return min(options, key=lambda o: o[0])[1]
+
+    def _keep_planned(self, snap: Snapshot, job: JobInfo, spec: JobSpec,
+                      free: set[str]) -> Move | None:
+        """The job's planned nodes that are free now, plus the free spares nearest to those
+        that are not; None when that set does not fit its shape."""
+        kept = [n for n in job.required_nodes if n in free]
+        gone = [n for n in job.required_nodes if n not in free]
+        chosen = _nearest(snap.view.topology, gone, free - set(job.required_nodes), {},
+                          snap.now)
+        if len(chosen) < len(gone):
+            return None
+        try:
+            placement = place(snap.view.topology, kept + chosen, spec.shape, algo=spec.algo,
+                              alpha=spec.alpha, time_limit=self.time_limit)
+        except InfeasibleError:
+            return None
+        return Move("repair", f"{_hl(gone)} unusable or taken: replaced by {_hl(chosen)}, "
+                    "free now", placement, snap.now)
 
     # -- applying -------------------------------------------------------------------------
     def _apply(self, snap: Snapshot, job: JobInfo, spec: JobSpec, move: Move) -> None:
@@ -259,6 +275,21 @@ def bindings_of(state: StateDB, job_ids: Iterable[int]) -> dict[int, list[dict[s
                                                      order_by="id"):
         out.setdefault(int(row["job_id"]), []).append(row)
     return out
+
+
+def _nearest(topology: Topology, lost: Iterable[str], spares: Iterable[str],
+             drain: dict[str, float], now: float) -> list[str]:
+    """For each lost node in turn the nearest unused spare (same leaf, then minipod; ties to
+    the one that drains first): as many as there are spares."""
+    left = sorted(spares)
+    chosen: list[str] = []
+    for node in lost:
+        if not left:
+            break
+        best = min(left, key=lambda s: (_distance(topology, node, s), drain.get(s, now), s))
+        chosen.append(best)
+        left.remove(best)
+    return chosen
 
 
 def _distance(topology: Topology, a: str, b: str) -> int:

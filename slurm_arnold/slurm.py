@@ -558,6 +558,25 @@ class Slurm:
         proc = self.run(["sbatch", "--test-only", *args, "--wrap", "true"])
         return parse_test_only(proc.stderr + proc.stdout)
 
+    def job(self, job_id: int) -> JobInfo | None:
+        """One job (any state), or None when slurmctld does not know it (any more)."""
+        fmt = ",".join(f"{name}:|" for name in _SQUEUE_FIELDS)
+        proc = self.run(["squeue", "--noheader", "--states=all", f"--jobs={job_id}",
+                         "--Format", fmt], check=False)
+        if proc.returncode != 0:
+            return None
+        return next((j for j in _jobs_from_squeue_text(proc.stdout) if j.job_id == job_id),
+                    None)
+
+    def batch_script(self, job_id: int, limit: int = 1 << 20) -> str | None:
+        """The first ``limit`` bytes of a batch job's script as slurmctld keeps it (``scontrol
+        write batch_script``: the job's owner, an operator or SlurmUser), or None for a job
+        without one (salloc, srun) or one this caller may not read."""
+        proc = self.run(["scontrol", "write", "batch_script", str(job_id), "-"], check=False)
+        if proc.returncode != 0:
+            return None
+        return proc.stdout[:limit]
+
     def cancel(self, job_id: int) -> None:
         """Cancel a job."""
         self.run(["scancel", str(job_id)])

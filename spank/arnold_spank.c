@@ -62,6 +62,50 @@ static struct spank_option rankfile_option = {
 	1, 0, option_cb
 };
 
+/* Whether a file or directory of `st` could have been written by someone but `uid` or root. */
+static const char *foreign_writer(const struct stat *st, uid_t uid, int is_dir)
+{
+	if (st->st_uid != uid && st->st_uid != 0)
+		return "belongs to another user";
+	if ((st->st_mode & (S_IWGRP | S_IWOTH)) && !(is_dir && (st->st_mode & S_ISVTX)))
+		return "is writable by other users";
+	return NULL;
+}
+
+/*
+ * In srun (local context), before srun reads its environment: a job arnold-sbatch placed
+ * carries SLURM_HOSTFILE=$ARNOLD_HOSTFILE, one node per rank, so that SLURM_PROCID follows
+ * RANK. When the job runs on other nodes (requeued after a failure, moved) that file names
+ * nodes it does not have and srun would refuse the step; the admin side then has written
+ * DIR/<job id>.hosts for the nodes it does have, which srun is pointed at instead. Trusted as
+ * the rank file is: DIR and the file belong to root or DIR's owner, nobody else may write them.
+ */
+static void follow_admin_hostfile(void)
+{
+	const char *hostfile = getenv("SLURM_HOSTFILE");
+	const char *ours = getenv("ARNOLD_HOSTFILE");
+	const char *job = getenv("SLURM_JOB_ID");
+	char path[PATH_MAX_LEN + 1];
+	struct stat dir, st;
+	size_t digits;
+	int n;
+
+	if (!*rankdir || !hostfile || !ours || strcmp(hostfile, ours) != 0 || !job)
+		return;
+	digits = strspn(job, "0123456789");
+	if (digits == 0 || digits > 10 || job[digits] != '\0')
+		return;
+	if (stat(rankdir, &dir) != 0 || !S_ISDIR(dir.st_mode) ||
+	    foreign_writer(&dir, dir.st_uid, 1))
+		return;
+	n = snprintf(path, sizeof(path), "%s/%s.hosts", rankdir, job);
+	if (n < 0 || (size_t)n >= sizeof(path))
+		return;
+	if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode) || foreign_writer(&st, dir.st_uid, 0))
+		return;
+	setenv("SLURM_HOSTFILE", path, 1);
+}
+
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
 	for (int i = 0; i < ac; i++) {
@@ -78,17 +122,9 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 		slurm_error("arnold: cannot register --arnold-rankfile");
 		return -1;
 	}
+	if (spank_context() == S_CTX_LOCAL)
+		follow_admin_hostfile();
 	return 0;
-}
-
-/* Whether a file or directory of `st` could have been written by someone but `uid` or root. */
-static const char *foreign_writer(const struct stat *st, uid_t uid, int is_dir)
-{
-	if (st->st_uid != uid && st->st_uid != 0)
-		return "belongs to another user";
-	if ((st->st_mode & (S_IWGRP | S_IWOTH)) && !(is_dir && (st->st_mode & S_ISVTX)))
-		return "is writable by other users";
-	return NULL;
 }
 
 static int check_dir(const char *path, uid_t uid, char *why, size_t whylen);

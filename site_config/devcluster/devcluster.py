@@ -178,7 +178,9 @@ SlurmctldPort={shape.port_base + 17}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket={p['munge_socket']}
+# cred_expire: a requeued job may start again cred_expire + 1 s after it was requeued (default
+# 120 s, which would make every test of a failed node's job wait two minutes).
+AuthInfo=socket={p['munge_socket']},cred_expire=10
 CredType=cred/munge
 StateSaveLocation={p['state']}
 SlurmdSpoolDir={p['spool']}/%n
@@ -201,6 +203,8 @@ SchedulerParameters=bf_interval=1,bf_resolution=1
 TopologyPlugin=topology/tree
 SlurmdParameters=config_overrides
 PlugStackConfig={p['etc']}/plugstack.conf
+# Ranks for the nodes each job actually got, before its script starts (slurm_arnold/prolog.py).
+PrologSlurmctld={p['etc']}/arnold-prolog
 ReturnToService=2
 SlurmdTimeout=30
 InactiveLimit=0
@@ -251,6 +255,18 @@ def arnold_toml(p: dict[str, Path]) -> str:
     return f"""# Site config of the local development cluster (written by site_config/devcluster).
 state_dir = "{p['arnold']}"
 minipod_level = 1
+"""
+
+
+def prolog_script(p: dict[str, Path]) -> str:
+    """slurmctld's PrologSlurmctld: the site install's arnold-prolog with the environment
+    slurmctld does not give it (no PATH, and the config beside this slurm.conf)."""
+    return f"""#!/bin/sh
+# PrologSlurmctld of the local development cluster (written by site_config/devcluster).
+PATH=/usr/bin:/bin
+SLURM_CONF={p['etc']}/slurm.conf
+export PATH SLURM_CONF
+exec {p['venv']}/bin/arnold-prolog
 """
 
 
@@ -361,6 +377,7 @@ def configure(shape: Shape, p: dict[str, Path]) -> bool:
         plugstack += f"required {plugin} rankdir={p['arnold']}/rankorder\n"
     write_if_changed(p["etc"] / "plugstack.conf", plugstack)
     write_if_changed(p["etc"] / "arnold.toml", arnold_toml(p))
+    write_if_changed(p["etc"] / "arnold-prolog", prolog_script(p), 0o755)
     return changed
 
 

@@ -17,7 +17,7 @@ from slurm_arnold.placement.mip import (
     solve_box,
     solve_box_exact,
 )
-from slurm_arnold.placement.plan import Cell, Placement, cells_from_rank_order, measure
+from slurm_arnold.placement.plan import Cell, Metrics, Placement, cells_from_rank_order, measure
 from slurm_arnold.placement.pool import Pool
 from slurm_arnold.topology import Topology
 
@@ -36,10 +36,14 @@ def check_alpha(alpha: float) -> float:
 
 
 def place(topology: Topology, free: Iterable[str], job: JobShape, *, algo: str = "mip",
-          alpha: float = 0.5, time_limit: float = 10.0, seed: int = 0) -> Placement:
+          alpha: float = 0.5, time_limit: float = 10.0, seed: int = 0,
+          max_spreads: tuple[int, int] | None = None) -> Placement:
     """Place ``job`` on the ``free`` nodes of ``topology`` with ``algo``.
 
-    Raises ``InfeasibleError`` when the free nodes cannot hold the job.
+    ``max_spreads`` (DP, PP; MIP only) keeps both spreads within those limits: the best
+    weighted placement among those that are nowhere worse.
+
+    Raises ``InfeasibleError`` when the free nodes cannot hold the job (within the limits).
     """
     check_alpha(alpha)
     free_set = set(free)
@@ -55,7 +59,7 @@ def place(topology: Topology, free: Iterable[str], job: JobShape, *, algo: str =
         return Placement(algo, job, alpha, cells, measure(cells, job, topology, alpha),
                          time.monotonic() - t0)
     if algo == "mip":
-        return _place_mip(topology, free_list, job, alpha, time_limit, seed, t0)
+        return _place_mip(topology, free_list, job, alpha, time_limit, seed, t0, max_spreads)
     raise InfeasibleError(f"unknown placement algorithm {algo!r}; use one of "
                           f"{', '.join(OFFLINE_ALGOS)}")
 
@@ -90,7 +94,13 @@ def _lower_bounds(caps: list[int], job: JobShape) -> tuple[int, int]:
 
 
 def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
-               time_limit: float, seed: int, t0: float) -> Placement:
+               time_limit: float, seed: int, t0: float,
+               max_spreads: tuple[int, int] | None = None) -> Placement:
+    cap_dp, cap_pp = max_spreads or (math.inf, math.inf)
+
+    def within(m: Metrics) -> bool:
+        return m.max_dp_spread <= cap_dp and m.max_pp_spread <= cap_pp
+
     pool = Pool.build(topology, free, job)
     caps = pool.capacities()
     if sum(caps.values()) < job.units:
@@ -107,9 +117,14 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
         starts[name] = baseline_cells(name, topology, free, job, seed)
     scored = {name: measure(c, job, topology, alpha) for name, c in starts.items()}
     phases = {"baselines": time.monotonic() - t0}
-    valid = [n for n in starts if _leaf_local(starts[n], topology)]
-    best_name = min(valid, key=lambda n: (scored[n].weighted_spread, n != "pp-aligned"))
-    best_cells, best = starts[best_name], scored[best_name]
+    valid = [n for n in starts if _leaf_local(starts[n], topology) and within(scored[n])]
+    if not valid:
+        # Only with max_spreads: no start within them; SCIP's boxes below may still be.
+        best_name, best_cells = "none", {}
+        best = Metrics(0, 0, math.inf, 0)
+    else:
+        best_name = min(valid, key=lambda n: (scored[n].weighted_spread, n != "pp-aligned"))
+        best_cells, best = starts[best_name], scored[best_name]
 
     # Walk the possible spreads (a, b) from the cheapest: the product bound rules most of
     # them out at once; SCIP decides the rest, each within a share of the time left. The
@@ -117,7 +132,7 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
     lb_dp, lb_pp = _lower_bounds(list(caps.values()), job)
     pairs = [pr for pr in spread_pairs(list(caps.values()), job.pp, job.columns, alpha,
                                        best.weighted_spread)
-             if pr[1] >= lb_dp and pr[2] >= lb_pp]
+             if lb_dp <= pr[1] <= cap_dp and lb_pp <= pr[2] <= cap_pp]
     phases["bound"] = time.monotonic() - t0 - sum(phases.values())
     # Bands first: the cheapest (a, b) the product bound allows that a band layout reaches.
     for cost, a, b, possible in pairs:
@@ -127,7 +142,7 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
         if layout is not None:
             cells = cells_from_layout(layout, pool, job, alpha)
             metrics = measure(cells, job, topology, alpha)
-            if metrics.weighted_spread < best.weighted_spread - 1e-9:
+            if metrics.weighted_spread < best.weighted_spread - 1e-9 and within(metrics):
                 best_cells, best, best_name = cells, metrics, "bands"
             break
     phases["bands"] = time.monotonic() - t0 - sum(phases.values())
@@ -164,7 +179,7 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
         for layout in found:
             cells = cells_from_layout(layout, pool, job, alpha)
             metrics = measure(cells, job, topology, alpha)
-            if metrics.weighted_spread < best.weighted_spread - 1e-9:
+            if metrics.weighted_spread < best.weighted_spread - 1e-9 and within(metrics):
                 best_cells, best, best_name = cells, metrics, "mip"
                 realised = True
                 break
@@ -172,6 +187,9 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
         if realised:
             break
     phases["scip"] = time.monotonic() - t0 - sum(phases.values())
+    if not best_cells:
+        raise InfeasibleError(f"no placement keeps DP spread <= {cap_dp} and PP spread <= "
+                              f"{cap_pp}")
     dual = min(dual, best.weighted_spread)
     status = "optimal" if best.weighted_spread <= dual + 1e-9 else "gap"
     gap = (best.weighted_spread - dual) / best.weighted_spread if best.weighted_spread else 0.0

@@ -379,12 +379,15 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
         extra = [f"--nodelist={hostlist.collect_hostlist(placement.nodes())}"]
         if request.sbatch.get("nodes") is None:
             extra.append(f"--nodes={job.nodes}")
+        # ARNOLD_HOSTFILE says SLURM_HOSTFILE is ours: where the job runs on other nodes
+        # (requeued, moved) the SPANK plugin points srun at the admin side's host file.
         env = {"ARNOLD_RANKFILE": str(rankfile), "SLURM_HOSTFILE": str(hostfile),
-               "ARNOLD_PLACEMENT_ID": placement_id, **planned}
+               "ARNOLD_HOSTFILE": str(hostfile), "ARNOLD_PLACEMENT_ID": placement_id,
+               **planned}
         if queued:
             # It may be re-placed before it starts (the rank file then comes from the admin
             # side's rankdir): a host file for the old nodes would make srun fail.
-            del env["SLURM_HOSTFILE"]
+            del env["SLURM_HOSTFILE"], env["ARNOLD_HOSTFILE"]
         export = request.parsed.cli.get("export")
         if export and not export.upper().startswith("ALL"):
             extra.append("--export=" + ",".join([export, *(f"{k}={v}" for k, v in env.items())]))

@@ -1,0 +1,40 @@
+"""``arnold-prolog``: slurmctld's ``PrologSlurmctld`` (see ``slurm_arnold.prolog``).
+
+It always exits 0: a failing PrologSlurmctld makes slurmctld requeue the job, which is worse
+than the job running without our ranks (the SPANK plugin then stops its tasks with one line).
+What it did goes to stderr (slurmctld's log at its debug levels) and, when it wrote a rank file,
+to the site's ``bindings`` table.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+
+def main() -> None:
+    """Entry point of ``arnold-prolog``."""
+    level = logging.DEBUG if os.environ.get("ARNOLD_DEBUG") else logging.INFO
+    logging.basicConfig(level=level, stream=sys.stderr,
+                        format="arnold-prolog: %(levelname)s: %(message)s")
+    log = logging.getLogger("arnold-prolog")
+    from site_config import load_config
+    from slurm_arnold.errors import ArnoldError
+    from slurm_arnold.prolog import prolog
+
+    try:
+        outcome = prolog(load_config(), os.environ)
+    except ArnoldError as exc:
+        log.warning("%s", exc)
+    except Exception as exc:  # never fail the prolog: see the docstring
+        from slurm_arnold.cli import unexpected
+
+        log.warning("%s", unexpected(exc))
+    else:
+        if outcome.kind == "mapped":
+            log.info("%s (%.2f s)", outcome.message, outcome.seconds)
+        else:
+            log.debug("%s", outcome.message)
+    sys.exit(0)
+

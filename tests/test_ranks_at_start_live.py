@@ -1,0 +1,231 @@
+"""Ranks for the nodes a job actually runs on, live: arnold-prolog (slurmctld's
+PrologSlurmctld, set up by ``make cluster``) maps jobs at start; a ``--requeue`` job that loses
+a node is repaired by ``arnold reserve sync`` and restarts with ranks for its new nodes.
+
+Jobs run as a real Unix user (``benchmarks.multiuser``) through the site install; root is
+needed to make the user, to play the admin side and to kill a node's slurmd.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.multiuser import USERS, as_user, home, site_venv
+from slurm_arnold.prolog import admin_rankfile
+from slurm_arnold.rankorder import parse
+from slurm_arnold.site_state import open_site_db
+from slurm_arnold.slurm import Slurm
+from slurm_arnold.topology import read_topology_file
+from tests.conftest import REPO, wait_for_job
+
+pytestmark = pytest.mark.live
+BIN = Path(sys.executable).parent
+REPORT = ('echo "R $SLURMD_NODENAME $SLURM_LOCALID $RANK $LOCAL_RANK $WORLD_SIZE '
+          '$ARNOLD_TP_RANK $ARNOLD_PP_RANK $ARNOLD_DP_RANK $SLURM_PROCID"')
+
+
+def _run_as(user: str, argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(as_user(user, argv), capture_output=True, text=True, cwd=cwd,
+                          timeout=60)
+
+
+def _idle_by_minipod(slurm: Slurm, conf_dir: Path) -> dict[str, list[str]]:
+    topo = read_topology_file(str(conf_dir / "topology.conf"))
+    busy = {n for j in slurm.jobs(unfinished=True) for n in (*j.nodes, *j.required_nodes)}
+    out: dict[str, list[str]] = {}
+    for node in slurm.nodes():
+        if node.state == "IDLE" and not node.flags and node.name not in busy:
+            out.setdefault(topo.minipod_of(node.name), []).append(node.name)
+    return {pod: sorted(nodes) for pod, nodes in out.items()}
+
+
+def _ranks_match(output: str, rankfile: Path, nodes: set[str], world: int, *,
+                 procid_is_rank: bool = False) -> dict[str, Any]:
+    """Every task's RANK, LOCAL_RANK and TP/PP/DP coordinates are its rank file's, the file
+    is for exactly ``nodes``, and every rank is taken once; with ``procid_is_rank`` srun's
+    own task order (SLURM_PROCID, from the admin side's host file) follows the ranks too."""
+    header, entries = parse(rankfile.read_text())
+    assert {e.node for e in entries} == nodes
+    planned = {(e.node, e.local_rank): e for e in entries}
+    lines = [ln.split()[1:] for ln in output.splitlines() if ln.startswith("R ")]
+    assert len(lines) == world, output
+    seen = set()
+    for node, localid, rank, local, size, tp, pp, dp, procid in lines:
+        e = planned[(node, int(localid))]
+        assert (int(rank), int(local), int(tp), int(pp), int(dp)) == (
+            e.rank, e.local_rank, e.tp, e.pp, e.dp)
+        assert int(size) == world
+        assert not procid_is_rank or int(procid) == int(rank)
+        seen.add(int(rank))
+    assert seen == set(range(world))
+    return header
+
+
+def _bindings(site: Any, job_id: int) -> list[dict[str, Any]]:
+    state = open_site_db(site)
+    try:
+        return list(state.db["bindings"].rows_where("job_id = ?", [job_id], order_by="id"))
+    finally:
+        state.close()
+
+
+def test_a_plain_sbatch_job_with_arnold_lines_gets_ranks_for_its_allocation(
+        site: Any, slurm: Slurm, slurm_conf_dir: Path) -> None:
+    user = USERS[0]
+    pods = _idle_by_minipod(slurm, slurm_conf_dir)
+    spread = [pod for pod in sorted(pods) if len(pods[pod]) >= 2][:4]
+    assert len(spread) == 4, "needs two idle nodes in each of four minipods"
+    nodes = [n for pod in spread for n in pods[pod][:2]]
+    work = home(user)
+    script = work / "plain-arnold.sh"
+    script.write_text("#!/bin/bash\n#ARNOLD --tp 8 --pp 2 --alpha 0.75\n"
+                      f"srun --arnold-rankfile=auto bash -c '{REPORT}'\n")
+    os.chown(script, *_ids(user))
+    proc = _run_as(user, ["sbatch", "--parsable", "-N", "8", "-w", ",".join(nodes),
+                          "--ntasks-per-node=8", "--gpus-per-node=8", "--exclusive", "-t", "5",
+                          "-o", str(work / "plain-%j.out"), str(script)], work)
+    assert proc.returncode == 0, proc.stderr
+    job_id = int(proc.stdout)
+    assert wait_for_job(slurm, job_id) == "COMPLETED", (work / f"plain-{job_id}.out").read_text()
+    rankfile = admin_rankfile(site, job_id)
+    _ranks_match((work / f"plain-{job_id}.out").read_text(), rankfile, set(nodes), 64)
+    row = _bindings(site, job_id)[-1]
+    assert row["kind"] == "start" and "#ARNOLD lines" in row["reason"]
+    # Never worse than Slurm's own order on the same nodes (the row holds both).
+    assert row["weighted_spread"] <= row["previous_spread"]
+
+
+def test_a_plain_job_without_arnold_lines_is_left_alone(site: Any, slurm: Slurm) -> None:
+    user = USERS[0]
+    work = home(user)
+    proc = _run_as(user, ["sbatch", "--parsable", "-N", "2", "-t", "5", "-o", "/dev/null",
+                          "--wrap", "true"], work)
+    assert proc.returncode == 0, proc.stderr
+    job_id = int(proc.stdout)
+    assert wait_for_job(slurm, job_id) == "COMPLETED"
+    assert not admin_rankfile(site, job_id).exists()
+    assert _bindings(site, job_id) == []
+
+
+def test_an_arnold_job_moved_by_an_admin_gets_ranks_for_where_it_runs(
+        site: Any, slurm: Slurm, slurm_conf_dir: Path) -> None:
+    user = USERS[1]
+    work = home(user)
+    sbatch = str(site_venv() / "bin" / "arnold-sbatch")
+    proc = _run_as(user, [sbatch, "--parsable", "--hold", "-N", "4", "--ntasks-per-node=8",
+                          "--gpus-per-node=8", "--exclusive", "-t", "5",
+                          "-o", str(work / "moved-%j.out"), "--tp", "8", "--pp", "2",
+                          "--wrap", f"srun --arnold-rankfile=auto bash -c '{REPORT}'"], work)
+    assert proc.returncode == 0, proc.stderr
+    job_id = int(proc.stdout)
+    planned = set(slurm.job(job_id).required_nodes)  # type: ignore[union-attr]
+    pods = _idle_by_minipod(slurm, slurm_conf_dir)
+    elsewhere = [n for pod in sorted(pods) for n in pods[pod] if n not in planned][::3][:4]
+    assert len(elsewhere) == 4
+    # The admin moves it (as one might around a maintenance), then lets it go.
+    slurm.update_job(job_id, ReqNodeList=",".join(elsewhere))
+    slurm.run(["scontrol", "release", str(job_id)])
+    assert wait_for_job(slurm, job_id) == "COMPLETED"
+    out = (work / f"moved-{job_id}.out").read_text()
+    _ranks_match(out, admin_rankfile(site, job_id), set(elsewhere), 32, procid_is_rank=True)
+    assert _bindings(site, job_id)[-1]["kind"] == "start"
+
+
+@pytest.fixture
+def revive_nodes() -> Any:
+    """Nodes whose slurmd a test killed are started and resumed afterwards."""
+    killed: list[str] = []
+    yield killed
+    if killed:
+        subprocess.run([sys.executable, str(REPO / "site_config" / "devcluster" /
+                                            "devcluster.py"), "up"],
+                       capture_output=True, text=True, timeout=300, check=False)
+        for node in killed:
+            subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"],
+                           capture_output=True, text=True, check=False)
+
+
+def test_a_requeued_job_that_lost_a_node_restarts_with_the_survivors_and_right_ranks(
+        site: Any, slurm: Slurm, revive_nodes: list[str]) -> None:
+    user = USERS[2]
+    work = home(user)
+    script = work / "requeue.sh"
+    script.write_text("#!/bin/bash\n"
+                      "echo \"start $SLURM_JOB_NODELIST ${SLURM_RESTART_COUNT:-0}\"\n"
+                      f"srun --arnold-rankfile=auto bash -c '{REPORT}'\n"
+                      "sleep 600\n")
+    os.chown(script, *_ids(user))
+    sbatch = str(site_venv() / "bin" / "arnold-sbatch")
+    proc = _run_as(user, [sbatch, "--parsable", "--requeue", "-N", "4", "--ntasks-per-node=8",
+                          "--gpus-per-node=8", "--exclusive", "-t", "15", "--open-mode=append",
+                          "-o", str(work / "requeue-%j.out"), "--tp", "8", "--pp", "2",
+                          str(script)], work)
+    assert proc.returncode == 0, proc.stderr
+    job_id = int(proc.stdout)
+    try:
+        first = _wait_for_start(slurm, job_id, work / f"requeue-{job_id}.out", restarts=0)
+        victim = sorted(first)[1]
+        # The node dies: its slurmd is killed and it is set DOWN (it stays down: nothing
+        # answers for it). Slurm requeues the job, which still requires the dead node.
+        revive_nodes.append(victim)
+        pid = int((REPO / ".devcluster" / f"slurmd-{victim}.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGKILL)
+        slurm.run(["scontrol", "update", f"NodeName={victim}", "State=DOWN",
+                   "Reason=arnold-test-dead-node"])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            info = slurm.job(job_id)
+            if info is not None and info.state == "PENDING":
+                break
+            time.sleep(0.5)
+        assert info is not None and victim in info.required_nodes
+        # The admin loop's pass repairs it: the survivors and the nearest spare.
+        sync = subprocess.run([str(BIN / "arnold"), "reserve", "sync"], capture_output=True,
+                              text=True, timeout=120)
+        assert sync.returncode == 0, sync.stderr
+        assert f"job {job_id}" in sync.stdout, sync.stdout
+        second = _wait_for_start(slurm, job_id, work / f"requeue-{job_id}.out", restarts=1)
+        assert victim not in second
+        assert set(first) - {victim} <= set(second)  # the survivors were kept
+        out = (work / f"requeue-{job_id}.out").read_text()
+        after = out[out.index(f"start {_hl(second)} 1"):]
+        _ranks_match(after, admin_rankfile(site, job_id), set(second), 32,
+                     procid_is_rank=True)
+    finally:
+        slurm.cancel(job_id)
+
+
+def _wait_for_start(slurm: Slurm, job_id: int, out: Path, *, restarts: int) -> list[str]:
+    """The job's nodes once it runs its ``restarts``-th start and its tasks reported."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        info = slurm.job(job_id)
+        text = out.read_text() if out.exists() else ""
+        if info is not None and info.state == "RUNNING":
+            marker = f"start {_hl(info.nodes)} {restarts}"
+            if marker in text and text[text.index(marker):].count("\nR ") >= 32:
+                return list(info.nodes)
+        time.sleep(0.5)
+    raise AssertionError(f"job {job_id} did not start (restart {restarts}) within 90 s: "
+                         f"{out.read_text() if out.exists() else 'no output'}")
+
+
+def _hl(nodes: Any) -> str:
+    import hostlist
+
+    return str(hostlist.collect_hostlist(sorted(nodes)))
+
+
+def _ids(user: str) -> tuple[int, int]:
+    import pwd
+
+    entry = pwd.getpwnam(user)
+    return entry.pw_uid, entry.pw_gid
