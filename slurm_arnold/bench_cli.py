@@ -277,6 +277,37 @@ def bench_queue(quick: bool, n_jobs: int, period: float, seed: int, docs: str,
                f"(x{result['wait_ratio']}); repair {result['repair_latency_s']} s")
 
 
+@bench.command("mapping")
+@quick_option("6 allocations, 256 nodes")
+@click.option("--live/--no-live", default=True, show_default=True,
+              help="Also time the local cluster's PrologSlurmctld (needs the cluster).")
+@docs_option
+@json_option()
+def bench_mapping(quick: bool, live: bool, docs: str, as_json: bool) -> None:
+    """Ranks at job start: arnold-prolog's mapping vs Slurm's task order on random allocations
+    of fragmented clusters, its time at 1,024 nodes, and the prolog's time live."""
+    from benchmarks.mapping import markdown, run
+    from benchmarks.placement import write_section
+
+    result = run(quick, live,
+                 progress=lambda what: click.echo(f"arnold: bench mapping: {what}", err=True))
+    if not quick:
+        write_section(Path(docs), "mapping", markdown(
+            result, "arnold bench mapping" + ("" if live else " --no-live")))
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    s, at = result["summary"], result["at_scale"]
+    click.echo(f"{s['allocations']} allocations: worse than Slurm's order in DP {s['worse_dp']}"
+               f", in PP {s['worse_pp']}; weighted spread {s['ours_mean_weighted']} vs "
+               f"{s['slurm_mean_weighted']} (x{s['ratio']}); {at['nodes']} nodes mapped in "
+               f"{at['median_s']} s")
+    if "live" in result:
+        lv = result["live"]
+        click.echo(f"PrologSlurmctld: mapping {lv['mapped_median_s']} s, nothing asked "
+                   f"{lv['nothing_asked_median_s']} s")
+
+
 @bench.command("plan")
 @quick_option("two search-time cases")
 @click.option("--reference", type=click.Path(dir_okay=False),

@@ -229,3 +229,19 @@ def _ids(user: str) -> tuple[int, int]:
 
     entry = pwd.getpwnam(user)
     return entry.pw_uid, entry.pw_gid
+
+
+def test_bench_mapping_quick(site: Any, slurm: Slurm) -> None:
+    import json
+
+    proc = subprocess.run([str(BIN / "arnold"), "bench", "mapping", "--quick", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    summary = result["summary"]
+    assert summary["allocations"] == 6 and summary["never_worse"]
+    assert all(c["ours_dp"] <= c["slurm_dp"] and c["ours_pp"] <= c["slurm_pp"]
+               for c in result["cases"])
+    assert result["at_scale"]["nodes"] == 256
+    assert result["live"]["mapped_wrote_rankfile"]
+    assert result["live"]["mapped_median_s"] > 0 and result["live"]["nothing_asked_median_s"] > 0
