@@ -388,6 +388,10 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
     Console(soft_wrap=True).print(table)
 
 
+#: A job's status after the admin side's last move of it (``bindings.kind``).
+BINDING_STATUS = {"bind": "bound", "repair": "repaired", "start": "mapped at start"}
+
+
 @main.command("jobs")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
               help="How many of the most recent jobs.")
@@ -422,11 +426,11 @@ def jobs_cmd(limit: int, as_json: bool) -> None:
             last = history[-1]
             row["binding"] = {"kind": last["kind"], "reason": last["reason"],
                               "decided_at": last["decided_at"],
-                              "previous": json.loads(str(last["previous"])),
+                              "previous": json.loads(str(last["previous"] or "[]")),
                               "weighted_spread": last["weighted_spread"], "moves": len(history)}
             row["nodes"] = json.loads(str(last["nodes"]))
             row["rankfile"] = last["rankfile"]
-            row["status"] = "bound" if last["kind"] == "bind" else "repaired"
+            row["status"] = BINDING_STATUS.get(str(last["kind"]), str(last["kind"]))
         rows.append(row)
     if as_json:
         click.echo(json.dumps(rows))

@@ -219,11 +219,13 @@ def prolog(config: SiteConfig, env: MappingType[str, str]) -> Outcome:
             rankfile_nodes(wanted.user_rankfile, job.uid) == allocation:
         return Outcome("kept", f"job {job.job_id}: starts on its planned nodes",
                        wanted.user_rankfile, time.monotonic() - t0)
-    return _map(config, slurm, job, wanted, admin, t0)
+    planned = admin_nodes or (rankfile_nodes(wanted.user_rankfile, job.uid)
+                              if wanted.user_rankfile is not None else None)
+    return _map(config, slurm, job, wanted, admin, t0, sorted(planned or ()))
 
 
 def _map(config: SiteConfig, slurm: Slurm, job: StartingJob, wanted: Wanted, admin: Path,
-         t0: float) -> Outcome:
+         t0: float, planned: list[str]) -> Outcome:
     from slurm_arnold.cluster import live_cluster
     from slurm_arnold.placement.mapping import map_allocation
     from slurm_arnold.rankorder import write_files
@@ -248,7 +250,7 @@ def _map(config: SiteConfig, slurm: Slurm, job: StartingJob, wanted: Wanted, adm
                f"{d.max_dp_spread} pp {d.max_pp_spread})"
                + (f"; {mapping.note}" if mapping.note else ""))
     outcome = Outcome("mapped", message, rankfile, time.monotonic() - t0)
-    _record(config, job, mapping.chosen.metrics.weighted_spread,
+    _record(config, job, planned, mapping.chosen.metrics.weighted_spread,
             mapping.default.metrics.weighted_spread, outcome)
     return outcome
 
@@ -261,10 +263,12 @@ def _gpus_per_node(slurm: Slurm, job: StartingJob, fallback: int) -> int:
     return fallback
 
 
-def _record(config: SiteConfig, job: StartingJob, spread: float, previous: float,
-            outcome: Outcome) -> None:
-    """A ``bindings`` row of kind ``start``; where the site database is not writable by the
-    account slurmctld runs the prolog as, a warning (the rank file is what matters)."""
+def _record(config: SiteConfig, job: StartingJob, planned: list[str], spread: float,
+            previous: float, outcome: Outcome) -> None:
+    """A ``bindings`` row of kind ``start``: the nodes it was planned on (none for a plain
+    sbatch job), and its weighted spread beside that of Slurm's order on the same nodes
+    (``previous_spread``). Where the site database is not writable by the account slurmctld
+    runs the prolog as, a warning (the rank file is what matters)."""
     from slurm_arnold.site_state import open_site_db
 
     try:
@@ -276,7 +280,7 @@ def _record(config: SiteConfig, job: StartingJob, spread: float, previous: float
         with state.transaction() as db:
             db["bindings"].insert({  # type: ignore[union-attr]
                 "job_id": job.job_id, "user": job.user, "kind": "start",
-                "reason": outcome.message, "nodes": sorted(job.nodes), "previous": None,
+                "reason": outcome.message, "nodes": sorted(job.nodes), "previous": planned,
                 "weighted_spread": spread, "previous_spread": previous,
                 "expected_start": time.time(), "decided_at": time.time(),
                 "rankfile": str(outcome.rankfile)})

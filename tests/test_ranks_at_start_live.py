@@ -8,6 +8,7 @@ needed to make the user, to play the admin side and to kill a node's slurmd.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -137,6 +138,12 @@ def test_an_arnold_job_moved_by_an_admin_gets_ranks_for_where_it_runs(
     out = (work / f"moved-{job_id}.out").read_text()
     _ranks_match(out, admin_rankfile(site, job_id), set(elsewhere), 32, procid_is_rank=True)
     assert _bindings(site, job_id)[-1]["kind"] == "start"
+    # The user sees where it ran and why.
+    listing = _run_as(user, [str(site_venv() / "bin" / "arnold"), "jobs", "--json"], work)
+    assert listing.returncode == 0, listing.stderr
+    row = next(r for r in json.loads(listing.stdout) if r["slurm_job_id"] == job_id)
+    assert row["status"] == "mapped at start" and set(row["nodes"]) == set(elsewhere)
+    assert set(row["binding"]["previous"]) == planned
 
 
 @pytest.fixture
@@ -201,6 +208,7 @@ def test_a_requeued_job_that_lost_a_node_restarts_with_the_survivors_and_right_r
                      procid_is_rank=True)
     finally:
         slurm.cancel(job_id)
+        wait_for_job(slurm, job_id)  # its nodes are free again for the next test
 
 
 def _wait_for_start(slurm: Slurm, job_id: int, out: Path, *, restarts: int) -> list[str]:
@@ -232,8 +240,6 @@ def _ids(user: str) -> tuple[int, int]:
 
 
 def test_bench_mapping_quick(site: Any, slurm: Slurm) -> None:
-    import json
-
     proc = subprocess.run([str(BIN / "arnold"), "bench", "mapping", "--quick", "--json"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

@@ -65,9 +65,10 @@ spank_err_t spank_setenv(spank_t s, const char *v, const char *x, int o)
 spank_err_t spank_option_register(spank_t s, struct spank_option *o)
 { UNUSED(s); UNUSED(o); return ESPANK_SUCCESS; }
 int spank_remote(spank_t s) { UNUSED(s); return 1; }
+spank_context_t spank_context(void) { return S_CTX_REMOTE; }
 """
 ALLOWED_SLURM = {"spank_get_item", "spank_getenv", "spank_setenv", "spank_option_register",
-                 "spank_remote", "slurm_error"}
+                 "spank_remote", "spank_context", "slurm_error"}
 
 
 def test_imports_only_libc_and_the_spank_api(plugin: Path) -> None:
