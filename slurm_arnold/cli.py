@@ -28,10 +28,11 @@ from slurm_arnold.cluster import (
     slurm_choice,
 )
 from slurm_arnold.errors import ArnoldError
-from slurm_arnold.options import json_option
+from slurm_arnold.options import json_option, minipod_level_option, topology_option
 from slurm_arnold.placement import JobShape, Placement, place
 from slurm_arnold.placement.align import alpha_from_model, auto_alpha, parse_bytes
-from slurm_arnold.placement.engine import ALGOS, check_alpha, place_from_node_list
+from slurm_arnold.placement.engine import ALGOS, OFFLINE_ALGOS, check_alpha, place_from_node_list
+from slurm_arnold.sim import PREDICTORS
 from slurm_arnold.slurm import Slurm
 from slurm_arnold.topology import Topology, read_topology_file
 
@@ -161,13 +162,11 @@ def load_view(config: SiteConfig, topology_file: str | None, gpus_per_node: int,
 
 
 @topology.command("show")
-@click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
-              help="Read this topology.conf instead of the live cluster.")
+@topology_option("Read this topology.conf instead of the live cluster.")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True,
               help="GPUs per node when reading a topology file.")
 @click.option("--partition", help="Partition whose nodes count as free (default: Slurm's).")
-@click.option("--minipod-level", type=click.IntRange(min=0),
-              help="Switch level that forms a minipod (default: site config, 1).")
+@minipod_level_option()
 @json_option()
 def topology_show(topology_file: str | None, gpus_per_node: int, partition: str | None,
                   minipod_level: int | None, as_json: bool) -> None:
@@ -183,8 +182,7 @@ def topology_show(topology_file: str | None, gpus_per_node: int, partition: str 
 
 
 @main.command("place")
-@click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
-              help="Place on this topology.conf (offline) instead of the live cluster.")
+@topology_option("Place on this topology.conf (offline) instead of the live cluster.")
 @click.option("--free", "free_file", type=click.Path(dir_okay=False),
               help="Free nodes, one name or hostlist per line (default: every node).")
 @click.option("--gpus-per-node", type=click.IntRange(min=1),
@@ -314,8 +312,7 @@ def _print_placement(result: Placement, topo: Topology) -> None:
               help="A Standard Workload Format log (plain or .gz).")
 @click.option("--csv", "csv_file", type=click.Path(dir_okay=False, exists=True),
               help="A CSV job history with the documented header.")
-@click.option("--topology", "topology_file", type=click.Path(dir_okay=False, exists=True),
-              required=True, help="The fat tree to replay on (topology.conf format).")
+@topology_option("The fat tree to replay on (topology.conf format).", required=True)
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True,
               help="GPUs per node.")
 @click.option("--gpus-per-proc", type=click.FloatRange(min=0, min_open=True), default=1.0,
@@ -324,16 +321,13 @@ def _print_placement(result: Placement, topo: Topology) -> None:
               help="A job with at least this many GPUs is a large job (LPJ).")
 @click.option("--policy", type=click.Choice(["slurm", "arnold"]), required=True,
               help="Slurm's backfill, or Arnold's reservations on top of it.")
-@click.option("--predictor", "predictor_name",
-              type=click.Choice(["requested", "last2", "model", "model_q", "oracle"]),
+@click.option("--predictor", "predictor_name", type=click.Choice(PREDICTORS),
               help="Run-time predictor [default: model_q for arnold, requested for slurm].")
 @click.option("--mode", type=click.Choice(["share", "shrink"]), default="share",
               show_default=True, help="What an admitted short job risks (arnold only).")
-@click.option("--placement", type=click.Choice(["mip", "best-fit", "random-fit", "gpu-packing",
-                                                "topo-aware"]),
+@click.option("--placement", type=click.Choice(OFFLINE_ALGOS),
               default="mip", show_default=True, help="How arnold lays out an LPJ.")
-@click.option("--minipod-level", type=click.IntRange(min=0), default=1, show_default=True,
-              help="Switch level that forms a minipod.")
+@minipod_level_option()
 @click.option("--depth", type=click.IntRange(min=1), default=100, show_default=True,
               help="Pending jobs tested per scheduling pass (bf_max_job_test).")
 @click.option("--max-reservations", type=click.IntRange(min=0), default=4, show_default=True,
@@ -345,7 +339,7 @@ def _print_placement(result: Placement, topo: Topology) -> None:
 @json_option()
 def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
             gpus_per_node: int, gpus_per_proc: float, lpj_gpus: int, policy: str,
-            predictor_name: str | None, mode: str, placement: str, minipod_level: int,
+            predictor_name: str | None, mode: str, placement: str, minipod_level: int | None,
             depth: int, max_reservations: int, spread_weight_h: float, horizon_h: float,
             as_json: bool) -> None:
     """Replay a job log on a fat tree under Slurm's backfill or Arnold's policy."""
@@ -359,6 +353,8 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
     if bad:
         click.echo(f"arnold: {len(bad)} unreadable lines skipped (first: line {bad[0].line}: "
                    f"{bad[0].problem})", err=True)
+    if minipod_level is None:
+        minipod_level = load_config().minipod_level
     topo = read_topology_file(topology_file, minipod_level=minipod_level)
     cluster = SimCluster(topo, gpus_per_node)
     workload = build_workload([i for i in items if isinstance(i, JobRecord)],

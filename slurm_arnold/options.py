@@ -18,3 +18,20 @@ def json_option(what: str = "one JSON object") -> Callable[[F], F]:
 def quick_option(what: str) -> Callable[[F], F]:
     """``--quick``: a benchmark's smoke run, which writes no docs."""
     return click.option("--quick", is_flag=True, help=f"A smoke run: {what} (no docs).")
+
+
+def topology_option(help_text: str, *, required: bool = False) -> Callable[[F], F]:
+    """``--topology FILE``: a topology.conf to read instead of the live cluster's. A path that
+    does not exist is a usage error (exit 2) in every command; one that cannot be parsed is
+    the command's error (exit 1)."""
+    return click.option("--topology", "topology_file",
+                        type=click.Path(dir_okay=False, exists=True), required=required,
+                        help=help_text)
+
+
+def minipod_level_option() -> Callable[[F], F]:
+    """``--minipod-level``: which switch level forms a minipod; default: the site config's
+    ``minipod_level`` (1 unless the site says otherwise), the same in every command."""
+    return click.option("--minipod-level", type=click.IntRange(min=0),
+                        help="Switch level that forms a minipod (default: the site config's, "
+                             "1 unless set).")

@@ -12,7 +12,7 @@ import click
 
 from site_config import load_config
 from slurm_arnold.errors import ArnoldError
-from slurm_arnold.options import json_option
+from slurm_arnold.options import json_option, topology_option
 from slurm_arnold.pipeline.run import NAMES, run
 
 log = logging.getLogger("arnold.pipeline")
@@ -67,10 +67,10 @@ SOLVER_SIZE = (4, 8)  # the largest stages and micro-batches `all` hands to the 
               help="With --model.")
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="full",
               show_default=True, help="With --model.")
-@click.option("--topology", "topology_file", type=click.Path(dir_okay=False, exists=True),
-              help="With --from-job: topology.conf instead of the live cluster's.")
+@topology_option("With --from-job: topology.conf instead of the live cluster's.")
 @click.option("--schedule", "name", type=click.Choice([*NAMES, "all"]), default="all",
-              show_default=True)
+              show_default=True, help="One schedule (--json: one object) or all of them "
+                                      "(--json: a list).")
 @click.option("--time-limit", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
               help="Seconds the optimal schedule's solver may take.")
 @click.option("--timeline", is_flag=True, help="Also draw each schedule as text (stderr with "

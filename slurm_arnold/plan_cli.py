@@ -11,7 +11,7 @@ import click
 
 from site_config import load_config
 from slurm_arnold.errors import ArnoldError
-from slurm_arnold.options import json_option
+from slurm_arnold.options import json_option, topology_option
 
 log = logging.getLogger("arnold.plan")
 
@@ -26,22 +26,27 @@ log = logging.getLogger("arnold.plan")
 @click.option("--seq", type=click.IntRange(min=1), help="Sequence length (default: the model's).")
 @click.option("--gpu", "gpu_name", default="h100-80g", show_default=True,
               help="a100-80g, h100-80g, h200, or a TOML file.")
-@click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True)
-@click.option("--topology", "topology_file", type=click.Path(dir_okay=False, exists=True),
-              help="topology.conf: its leaf size decides which groups cross the core "
-                   "(default: the live cluster's, else 32 nodes).")
+@click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True,
+              help="GPUs per node (decides which groups fit in one node's NVLink).")
+@topology_option("topology.conf: its leaf size decides which groups cross the core "
+                 "(default: the live cluster's, else 32 nodes).")
 @click.option("--evaluate", is_flag=True, help="Price the layout given by --tp/--pp/... instead "
                                                  "of searching.")
-@click.option("--tp", type=click.IntRange(min=1))
-@click.option("--pp", type=click.IntRange(min=1))
+@click.option("--tp", type=click.IntRange(min=1), help="With --evaluate: tensor-parallel size.")
+@click.option("--pp", type=click.IntRange(min=1), help="With --evaluate: pipeline stages.")
 @click.option("--dp", type=click.IntRange(min=1), help="Default: the GPUs left.")
-@click.option("--cp", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--zero", type=click.IntRange(min=0, max=3), default=1, show_default=True)
+@click.option("--cp", type=click.IntRange(min=1), default=1, show_default=True,
+              help="With --evaluate: context-parallel size.")
+@click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True,
+              help="With --evaluate: expert-parallel size (MoE models).")
+@click.option("--micro-batch", type=click.IntRange(min=1), default=1, show_default=True,
+              help="With --evaluate: sequences per micro-batch.")
+@click.option("--zero", type=click.IntRange(min=0, max=3), default=1, show_default=True,
+              help="With --evaluate: ZeRO stage (0 none, 1 optimizer, 2 +gradients, 3 +weights).")
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="full",
-              show_default=True)
-@click.option("--interleave", type=click.IntRange(min=1), default=1, show_default=True)
+              show_default=True, help="With --evaluate: activation recomputation.")
+@click.option("--interleave", type=click.IntRange(min=1), default=1, show_default=True,
+              help="With --evaluate: virtual stages per pipeline rank (interleaved 1F1B).")
 @click.option("--stages", "stages_text",
               help="Layers per stage, first to last, e.g. 9,10,10,9 (default: equal stages).")
 @click.option("--rank-order", type=click.Choice(["tp-dp-pp", "tp-pp-dp"]), default="tp-dp-pp",

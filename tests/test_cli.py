@@ -29,6 +29,59 @@ def test_every_command_has_help_text() -> None:
     walk(main, "arnold")
 
 
+def test_every_option_has_help_text() -> None:
+    missing = []
+
+    def walk(cmd: click.Command, path: str) -> None:
+        for param in cmd.params:
+            if isinstance(param, click.Option) and not param.help and not param.hidden:
+                missing.append(f"`{path}` {param.opts[0]}")
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                walk(sub, f"{path} {name}")
+
+    walk(main, "arnold")
+    assert not missing, missing
+
+
+TOPOLOGY_USERS = [
+    ["topology", "show"],
+    ["place", "--tp", "8", "--pp", "2", "--nodes", "2"],
+    ["sim", "--policy", "slurm", "--swf", "{swf}"],
+    ["plan", "--model", "gpt-1.7b", "--gpus", "8", "--global-batch", "8"],
+    ["pipeline", "--from-job", "1", "--microbatches", "4", "--tf", "1", "--tb", "1", "--tw",
+     "1", "--message-bytes", "1M"],
+]
+
+
+def _with_swf(argv: list[str], tmp_path: Path) -> list[str]:
+    """``argv`` with "{swf}" replaced by a one-job SWF log."""
+    swf = tmp_path / "one.swf"
+    swf.write_text("1 0 0 100 8 -1 -1 8 200 -1 1 1 1 -1 1 -1 -1 -1\n")
+    return [str(swf) if a == "{swf}" else a for a in argv]
+
+
+@pytest.mark.parametrize("argv", TOPOLOGY_USERS, ids=lambda a: a[0])
+def test_a_missing_topology_file_is_the_same_usage_error_everywhere(
+        argv: list[str], tmp_path: Path, isolated_config: Path) -> None:
+    result = CliRunner().invoke(main, [*_with_swf(argv, tmp_path), "--topology",
+                                       str(tmp_path / "none.conf")])
+    assert result.exit_code == 2, result.output
+    assert "'--topology': File" in result.output and "does not exist" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("argv", TOPOLOGY_USERS[:3], ids=lambda a: a[0])
+def test_a_garbage_topology_file_is_one_line_and_exit_1(
+        argv: list[str], tmp_path: Path, isolated_config: Path) -> None:
+    garbage = tmp_path / "garbage.conf"
+    garbage.write_bytes(b"\x00\xffnot a topology\n")
+    result = CliRunner().invoke(main, [*_with_swf(argv, tmp_path), "--topology", str(garbage)])
+    assert result.exit_code == 1, result.output
+    assert result.output.count("\n") == 1 and str(garbage) in result.output
+    assert "Traceback" not in result.output
+
+
 def test_usage_error_exits_2() -> None:
     result = CliRunner().invoke(main, ["topology", "show", "--no-such-flag"])
     assert result.exit_code == 2

@@ -268,3 +268,56 @@ def test_evaluate_takes_a_cut(isolated_config: Path) -> None:
     assert json.loads(even.output)["stages"][0] == [0, 11]
     bad = CliRunner().invoke(main, [*args, "--stages", "12,12,12"])
     assert bad.exit_code == 1 and "adding up to 48" in bad.output
+
+
+def test_model_and_gpu_files_are_checked_key_by_key(tmp_path: Path) -> None:
+    from dataclasses import asdict, fields
+
+    from slurm_arnold.errors import ArnoldError
+    from slurm_arnold.plan.catalog import (
+        GPUS,
+        GpuSpec,
+        ModelSpec,
+        _gpu_file,
+        _model_file,
+        load_gpu,
+        load_model,
+    )
+
+    # One list of keys: the file schemas are the dataclasses' fields.
+    assert set(_model_file().model_fields) == {f.name for f in fields(ModelSpec)} - {"name"}
+    assert set(_gpu_file().model_fields) == {f.name for f in fields(GpuSpec)} - {"name"}
+    good = ("layers = 32\nhidden = 4096\nheads = 32\nffn_hidden = 11008\nvocab = 32000\n"
+            "seq_len = 4096\ngated_ffn = true\n")
+    path = tmp_path / "llama2-7b.toml"
+    path.write_text(good)
+    assert load_model(str(path)) == MODELS["llama2-7b"]
+    for text, message in [
+        (good.replace("heads = 32", "heads = 0"), "heads: Input should be greater than 0"),
+        (good.replace("heads = 32", 'heads = "32"'), "heads: Input should be a valid integer"),
+        (good.replace("heads = 32", "heads = 48"), "heads \\(48\\) must divide hidden"),
+        (good.replace("layers = 32", "layers = 3.5"), "layers: Input should be a valid integer"),
+        (good + "kv_heads = 5\n", "kv_heads \\(5\\) must divide heads"),
+        (good + "experts = 2\ntop_k = 3\n", "top_k \\(3\\) exceeds experts"),
+        (good + "colour = 1\n", "colour: Extra inputs are not permitted"),
+        (good.replace("vocab = 32000\n", ""), "vocab: Field required"),
+        ("layers = [", "cannot read it as TOML"),
+    ]:
+        path.write_text(text)
+        with pytest.raises(ArnoldError, match=message):
+            load_model(str(path))
+    gpu = tmp_path / "x.toml"
+    gpu.write_text("peak_flops = 989e12\nmemory_bytes = 80e9\nnvlink_bytes_per_s = 450e9\n")
+    assert asdict(load_gpu(str(gpu))) == asdict(GPUS["h100-80g"]) | {"name": "x"}
+    for text, message in [
+        ("peak_flops = nan\nmemory_bytes = 80e9\nnvlink_bytes_per_s = 1e9\n", "peak_flops"),
+        ("peak_flops = inf\nmemory_bytes = 80e9\nnvlink_bytes_per_s = 1e9\n", "peak_flops"),
+        ("peak_flops = 1e12\nmemory_bytes = -1\nnvlink_bytes_per_s = 1e9\n", "memory_bytes"),
+        ('peak_flops = "fast"\nmemory_bytes = 1\nnvlink_bytes_per_s = 1e9\n', "peak_flops"),
+    ]:
+        gpu.write_text(text)
+        with pytest.raises(ArnoldError, match=message):
+            load_gpu(str(gpu))
+    gpu.write_bytes(b"\xff\xfe\x00binary")
+    with pytest.raises(ArnoldError, match="cannot read it as TOML"):
+        load_gpu(str(gpu))

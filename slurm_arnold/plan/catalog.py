@@ -10,7 +10,7 @@ and direction).
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -103,18 +103,67 @@ GPUS: dict[str, GpuSpec] = {g.name: g for g in (
 )}
 
 
-def _from_toml(path: Path, cls: type[Any], required: tuple[str, ...]) -> Any:
+def _model_file() -> type[Any]:
+    """The schema of a model TOML file (pydantic, imported only when a file is read)."""
+    from pydantic import BaseModel, ConfigDict, PositiveInt, model_validator
+
+    class ModelFile(BaseModel):
+        model_config = ConfigDict(extra="forbid", strict=True)
+        layers: PositiveInt
+        hidden: PositiveInt
+        heads: PositiveInt
+        ffn_hidden: PositiveInt
+        vocab: PositiveInt
+        seq_len: PositiveInt
+        kv_heads: PositiveInt | None = None
+        experts: PositiveInt = 1
+        top_k: PositiveInt = 1
+        gated_ffn: bool = False
+
+        @model_validator(mode="after")
+        def shapes_fit(self) -> ModelFile:
+            if self.hidden % self.heads:
+                raise ValueError(f"heads ({self.heads}) must divide hidden ({self.hidden})")
+            if self.kv_heads is not None and self.heads % self.kv_heads:
+                raise ValueError(f"kv_heads ({self.kv_heads}) must divide heads ({self.heads})")
+            if self.top_k > self.experts:
+                raise ValueError(f"top_k ({self.top_k}) exceeds experts ({self.experts})")
+            return self
+
+    return ModelFile
+
+
+def _gpu_file() -> type[Any]:
+    """The schema of a GPU TOML file: positive, finite numbers."""
+    from pydantic import BaseModel, ConfigDict, Field
+
+    class GpuFile(BaseModel):
+        model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+        peak_flops: float = Field(gt=0, strict=False)
+        memory_bytes: float = Field(gt=0, strict=False)
+        nvlink_bytes_per_s: float = Field(gt=0, strict=False)
+
+    return GpuFile
+
+
+def _from_toml(path: Path, cls: type[Any], schema: type[Any]) -> Any:
+    """``cls`` named after the file, from a TOML file checked against ``schema``: a file that
+    cannot be read, an unknown or missing key, a value of the wrong type or out of range is
+    one ``ArnoldError`` naming the key."""
+    from pydantic import ValidationError
+
     try:
         data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ArnoldError(f"{path}: cannot read it as TOML: {exc}") from None
-    known = {f.name for f in fields(cls)} - {"name"}
-    unknown = sorted(set(data) - known)
-    missing = [k for k in required if k not in data]
-    if unknown or missing:
-        problem = (f"unknown key {unknown[0]}" if unknown else f"missing key {missing[0]}")
-        raise ArnoldError(f"{path}: {problem}; the keys are {', '.join(sorted(known))}")
-    return cls(name=path.stem, **data)
+    try:
+        checked = schema.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the file"
+        known = ", ".join(schema.model_fields)
+        raise ArnoldError(f"{path}: {where}: {first['msg']}; the keys are {known}") from None
+    return cls(name=path.stem, **checked.model_dump())
 
 
 def load_model(name_or_path: str) -> ModelSpec:
@@ -124,8 +173,7 @@ def load_model(name_or_path: str) -> ModelSpec:
         return MODELS[name_or_path]
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
-        spec: ModelSpec = _from_toml(path, ModelSpec, ("layers", "hidden", "heads", "ffn_hidden",
-                                                       "vocab", "seq_len"))
+        spec: ModelSpec = _from_toml(path, ModelSpec, _model_file())
         return spec
     raise ArnoldError(f"unknown model {name_or_path!r}; use one of {', '.join(MODELS)} or a "
                       "TOML file")
@@ -138,8 +186,7 @@ def load_gpu(name_or_path: str) -> GpuSpec:
         return GPUS[name_or_path]
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
-        spec: GpuSpec = _from_toml(path, GpuSpec, ("peak_flops", "memory_bytes",
-                                                   "nvlink_bytes_per_s"))
+        spec: GpuSpec = _from_toml(path, GpuSpec, _gpu_file())
         return spec
     raise ArnoldError(f"unknown GPU {name_or_path!r}; use one of {', '.join(GPUS)} or a TOML "
                       "file")

@@ -18,9 +18,8 @@ import numpy as np
 
 from predictor.features import FEATURES, UserHistory, Vocabulary, fill_row
 from predictor.model import JctModel, ModelError, train
+from slurm_arnold.sim import PREDICTORS
 from slurm_arnold.sim.jobs import SimJob
-
-PREDICTORS = ("requested", "last2", "model", "model_q", "oracle")
 
 
 @dataclass
