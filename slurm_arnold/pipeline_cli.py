@@ -118,9 +118,9 @@ def pipeline(stages: int | None, microbatches: int | None, tf: str, tb: str, tw:
 
         size = parse_bytes(message_bytes) if message_bytes else float(priced["message_bytes"])
         bandwidth_time = size * links.seconds_per_byte
-        log.warning("job %d: %d stages, cross-minipod boundaries %s; latency %.3g s, %.3g s per "
-                    "message of %.3g bytes", from_job, stages, sorted(cross) or "none",
-                    latency, bandwidth_time, size)
+        log.info("job %d: %d stages, cross-minipod boundaries %s; latency %.3g s, %.3g s per "
+                 "message of %.3g bytes", from_job, stages, sorted(cross) or "none",
+                 latency, bandwidth_time, size)
     elif stages is None:
         raise click.UsageError("give --stages (or --from-job)")
     if microbatches is None:

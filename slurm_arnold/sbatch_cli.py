@@ -24,12 +24,34 @@ def _exit_error() -> int:
     return int(text) if text.isdigit() else 1
 
 
+class _Labels(logging.Formatter):
+    """News as a plain line, trouble labelled: ``arnold-sbatch: warning: ...``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        label = "" if record.levelno == logging.INFO else f"{record.levelname.lower()}: "
+        return f"arnold-sbatch: {label}{record.getMessage()}"
+
+
+def setup_logging(args: list[str]) -> None:
+    """News (where the job was placed, what ``--model`` planned, why it queues) on stderr
+    unless sbatch's own ``-Q``/``--quiet`` is given; ``ARNOLD_DEBUG=1`` for everything."""
+    from slurm_arnold.submit.options import split_args
+
+    try:
+        quiet = "quiet" in split_args(args).cli
+    except ArnoldError:
+        quiet = False  # the submission itself reports the bad arguments
+    level = (logging.DEBUG if os.environ.get("ARNOLD_DEBUG")
+             else logging.WARNING if quiet else logging.INFO)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Labels())
+    logging.basicConfig(level=level, handlers=[handler])
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of ``arnold-sbatch``."""
     args = sys.argv[1:] if argv is None else argv
-    level = logging.DEBUG if os.environ.get("ARNOLD_DEBUG") else logging.WARNING
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format="arnold-sbatch: %(levelname)s: %(message)s")
+    setup_logging(args)
     try:
         code = submit(args, load_config())
     except ArnoldError as exc:

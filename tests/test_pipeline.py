@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 from dataclasses import replace
 from pathlib import Path
 
@@ -233,6 +234,7 @@ def test_cli_json_keys_and_errors(tmp_path: Path, isolated_config: Path) -> None
 def test_from_job_finds_the_cross_minipod_boundaries(tmp_path: Path, isolated_config: Path,
                                                      monkeypatch: pytest.MonkeyPatch,
                                                      caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)  # the news is at info
 
     monkeypatch.setenv("ARNOLD_STATE_DIR", str(tmp_path / "state"))
     topo = tmp_path / "topology.conf"

@@ -97,7 +97,7 @@ def test_every_task_gets_its_planned_rank(slurm: Slurm, script: Path,
     assert set(allocated) == set(record["nodes"])
     _check_ranks(script.parent / f"out-{job_id}.txt", record, _minipods(slurm_conf_dir))
     # The pipeline scheduler reads the same placement (and the live topology).
-    sched = subprocess.run([str(BIN / "arnold"), "pipeline", "--from-job", str(job_id),
+    sched = subprocess.run([str(BIN / "arnold"), "-v", "pipeline", "--from-job", str(job_id),
                             "--microbatches", "8", "--tf", "0.01", "--tb", "0.01", "--tw",
                             "0.01", "--message-bytes", "64M", "--schedule", "1f1b", "--json"],
                            capture_output=True, text=True, timeout=60)

@@ -256,10 +256,10 @@ def layout_from_model(request: Request, view: ClusterView, config: SiteConfig) -
                     batch, gpus_per_node=g, leaf_nodes=leaf_nodes)
     lay, est = result.layout, result.estimate
     ours["tp"], ours["pp"] = str(lay.tp), str(lay.pp)
-    log.warning("--model %s: planned TP %d x PP %d x DP %d, micro-batch %d, ZeRO-%d, "
-                "recompute %s, interleave %d (%.2f s per step, %.1f GiB per GPU)", model.name,
-                lay.tp, lay.pp, lay.dp, lay.micro_batch, lay.zero, lay.recompute,
-                lay.interleave, est.step_seconds, est.memory_gib_per_gpu)
+    log.info("--model %s: planned TP %d x PP %d x DP %d, micro-batch %d, ZeRO-%d, "
+             "recompute %s, interleave %d (%.2f s per step, %.1f GiB per GPU)", model.name,
+             lay.tp, lay.pp, lay.dp, lay.micro_batch, lay.zero, lay.recompute,
+             lay.interleave, est.step_seconds, est.memory_gib_per_gpu)
     return {"ARNOLD_PLAN_MICRO_BATCH": str(lay.micro_batch), "ARNOLD_PLAN_ZERO": str(lay.zero),
             "ARNOLD_PLAN_RECOMPUTE": lay.recompute,
             "ARNOLD_PLAN_INTERLEAVE": str(lay.interleave),
@@ -371,8 +371,10 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
             placement = plan_queued(config, slurm, short)
         placement_id = secrets.token_hex(8)
         rankfile, hostfile = write_files(rank_dir, placement, placement_id, order)
-        log.info("placement %s: %s, spreads dp %d pp %d", placement_id, algo,
-                 placement.metrics.max_dp_spread, placement.metrics.max_pp_spread)
+        log.info("%s %s (%s): DP spread %d, PP spread %d minipods; placement %s",
+                 "planned on" if queued else "placed on",
+                 hostlist.collect_hostlist(placement.nodes()), algo,
+                 placement.metrics.max_dp_spread, placement.metrics.max_pp_spread, placement_id)
         if "explain" in request.ours:
             explain(request.ours["explain"], placement, view, slurm,
                     user_subdir(config, "explain") / f"{placement_id}.svg")
