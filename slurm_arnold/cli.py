@@ -225,6 +225,13 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
               micro_batch: int, algo: str, time_limit: float, seed: int,
               partition: str | None, explain: bool, picture_path: str, as_json: bool) -> None:
     """Place a TP x PP x DP job on the fat tree and print its layout and spreads."""
+    # What can be checked without the cluster is checked before asking it.
+    if dp is None and nodes is None:
+        raise click.UsageError("give --dp or --nodes")
+    if alpha is not None:
+        check_alpha(alpha)
+    if align == "auto" and alpha is not None:
+        raise click.UsageError("give --alpha or --align auto, not both")
     config = load_config({"partition": partition})
     if topology_file:
         if algo == "slurm":
@@ -240,15 +247,11 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
         if free_file:
             view.free &= set(read_free_file(free_file))
         g = gpus_per_node or view.common_gpus()
-    if dp is None and nodes is None:
-        raise click.UsageError("give --dp or --nodes")
     job = JobShape(tp, pp, dp, g) if dp is not None else JobShape.from_nodes(nodes or 0, tp, pp, g)
     if nodes is not None and dp is not None and job.nodes != nodes:
         raise ArnoldError(f"--nodes {nodes} does not match TP x PP x DP = {job.gpus} GPUs "
                           f"= {job.nodes} nodes of {g} GPUs; drop one of --nodes/--dp")
     if align == "auto":
-        if alpha is not None:
-            raise click.UsageError("give --alpha or --align auto, not both")
         if model_name is not None:
             if dp_volume or pp_volume:
                 raise click.UsageError("give --model or --dp-volume/--pp-volume, not both")

@@ -82,6 +82,29 @@ def test_a_garbage_topology_file_is_one_line_and_exit_1(
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize(("argv", "code", "message"), [
+    (["arnold", "place", "--tp", "8", "--pp", "2"], 2, "give --dp or --nodes"),
+    (["arnold", "place", "--tp", "8", "--pp", "2", "--nodes", "2", "--alpha", "3"], 1,
+     "outside [0, 1]"),
+    (["arnold", "place", "--tp", "8", "--pp", "2", "--nodes", "2", "--alpha", "0.3", "--align",
+      "auto"], 2, "not both"),
+    (["arnold-sbatch", "--tp", "x", "--pp", "2", "-N", "1", "--wrap", "true"], 1,
+     "--tp='x': arnold-sbatch needs one whole number"),
+    (["arnold-sbatch", "--tp", "8", "--pp", "2", "--global-batch", "1e3", "-N", "1", "--wrap",
+      "true"], 1, "--global-batch='1e3'"),
+])
+def test_what_needs_no_cluster_is_checked_before_asking_it(
+        argv: list[str], code: int, message: str, tmp_path: Path) -> None:
+    # SLURM_CONF names a file that does not exist: asking Slurm would be a different error.
+    env = dict(os.environ, SLURM_CONF=str(tmp_path / "nope" / "slurm.conf"),
+               ARNOLD_CONFIG=str(tmp_path / "user.toml"))
+    proc = subprocess.run([str(Path(sys.executable).parent / argv[0]), *argv[1:]],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == code, proc.stderr
+    assert message in proc.stderr and "SLURM_CONF" not in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_usage_error_exits_2() -> None:
     result = CliRunner().invoke(main, ["topology", "show", "--no-such-flag"])
     assert result.exit_code == 2

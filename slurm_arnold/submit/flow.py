@@ -346,6 +346,9 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
     order = request.ours.get("rank-order", "tp-dp-pp")
     if order not in ORDERS:
         raise ArnoldError(f"--rank-order {order}: use one of {', '.join(ORDERS)}")
+    # Numbers are checked before the cluster is read or the site lock taken.
+    for name in ("tp", "pp", "dp", "global-batch"):
+        _int_option(request.ours.get(name), f"--{name}")
     db = open_user_db(config)
     rank_dir = user_subdir(config, "rankorder")
     asked = time.monotonic()
