@@ -85,8 +85,13 @@ def wait_for_job(slurm: Slurm, job_id: int, timeout: float = 120.0) -> str:
 
 @pytest.fixture(scope="session")
 def rankorder_check() -> Path:
-    """The C parser's check tool (built by `make -C spank`, as `make cluster` does)."""
-    proc = subprocess.run(["make", "-s", "-C", str(REPO / "spank")], capture_output=True,
-                          text=True)
+    """The C parser's check tool (``make -C spank rankorder-check``: the parser needs no Slurm
+    headers, only a C compiler; without one the C-parser tests skip)."""
+    import shutil
+
+    if shutil.which("make") is None or shutil.which("gcc") is None:
+        pytest.skip("no C compiler: apt-get install gcc make")
+    proc = subprocess.run(["make", "-s", "-C", str(REPO / "spank"), "rankorder-check"],
+                          capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return REPO / "spank" / "rankorder-check"

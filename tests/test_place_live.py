@@ -13,19 +13,10 @@ from pathlib import Path
 import hostlist
 import pytest
 
-from slurm_arnold.errors import SlurmOutputError
-from slurm_arnold.slurm import Slurm, parse_test_only
+from slurm_arnold.slurm import Slurm
 
 pytestmark = pytest.mark.live
 ARNOLD = str(Path(sys.executable).parent / "arnold")
-
-
-def test_parse_test_only_line() -> None:
-    line = ("sbatch: Job 8 to start at 2026-11-29T09:19:03 using 256 processors on nodes "
-            "n[001-003,010] in partition gpu\n")
-    assert parse_test_only(line) == ["n001", "n002", "n003", "n010"]
-    with pytest.raises(SlurmOutputError):
-        parse_test_only("allocation failure: Requested node configuration is not available")
 
 
 @pytest.fixture
@@ -63,10 +54,3 @@ def test_slurm_and_mip_avoid_busy_nodes(slurm: Slurm, busy_nodes: tuple[int, lis
                          capture_output=True, text=True)
     said = raw.stderr.split(" on nodes ")[1].split()[0]
     assert slurm.test_only(["-N", "16", "--exclusive"]) == hostlist.expand_hostlist(said)
-
-
-def test_slurm_algo_refuses_offline_topology(tmp_path: Path) -> None:
-    conf = Path(os.environ["SLURM_CONF"]).parent / "topology.conf"
-    proc = _place("--topology", str(conf), "--tp", "8", "--pp", "4", "--dp", "4", "--algo",
-                  "slurm")
-    assert proc.returncode == 2

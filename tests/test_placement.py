@@ -239,3 +239,12 @@ def test_align_auto_weighs_the_planners_volumes(tmp_path: Path, isolated_config:
     placed = CliRunner().invoke(main, [*args, "--global-batch", "64", "--json"])
     assert placed.exit_code == 0, placed.output
     assert json.loads(placed.output)["metrics"]["max_pp_spread"] == 1
+
+
+def test_slurm_algo_refuses_an_offline_topology(tmp_path: Path) -> None:
+    # --algo slurm asks the live cluster: with --topology it is a usage error (no cluster needed).
+    conf = tmp_path / "topology.conf"
+    conf.write_text("SwitchName=l0 Nodes=n[1-8]\nSwitchName=core Switches=l0\n")
+    result = CliRunner().invoke(main, ["place", "--topology", str(conf), "--tp", "8", "--pp",
+                                       "4", "--dp", "2", "--algo", "slurm"])
+    assert result.exit_code == 2 and "--algo slurm asks the live cluster" in result.output

@@ -312,22 +312,6 @@ def test_plan_explains_a_job_that_needs_no_reservation(slurm: Slurm,
     assert proc.returncode == 1 and "is not in the queue" in proc.stderr
 
 
-def test_start_order_agreement_counts_jobs_and_pairs() -> None:
-    from benchmarks.fidelity import agreement
-
-    sim = {"a": 0.0, "b": 10.0, "c": 20.0, "d": 21.0}
-    # c and d are within the tolerance in the sim: their live order does not count; b and c
-    # swap live, so both are out of order.
-    live = {"a": 1.0, "b": 30.0, "c": 25.0, "d": 24.0}
-    out = agreement(sim, live, tolerance=3.0)
-    assert out["jobs"] == 4 and out["ordered_pairs"] == 5
-    assert out["in_order_fraction"] == 0.25  # only a
-    # live order a, d, c, b: sim starts 0, 21, 20, 10: the longest chain a, d, c (20 >= 21 - 3)
-    assert out["same_order_fraction"] == 0.75
-    # b-c and b-d disagree; a-b, a-c, a-d agree
-    assert out["pair_agreement"] == 0.6
-
-
 def test_bench_fidelity_quick(slurm: Slurm, env: dict[str, str]) -> None:
     """20 KTH jobs live (times / 1200) and in the simulator: the whole path runs, and the two
     mostly agree (the full run's numbers are in docs/benchmarks.md)."""

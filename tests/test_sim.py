@@ -219,3 +219,19 @@ def test_placement_memo_reuses_a_pattern_on_other_nodes_with_the_same_spread() -
     assert measure(b.cells, shape, topo, 0.5) == b.metrics
     memo.place(sorted([*first[:-1], nodes[3]]), shape)  # now (4,2) (4,1) (3)
     assert memo.misses == 2
+
+
+def test_start_order_agreement_counts_jobs_and_pairs() -> None:
+    from benchmarks.fidelity import agreement
+
+    sim = {"a": 0.0, "b": 10.0, "c": 20.0, "d": 21.0}
+    # c and d are within the tolerance in the sim: their live order does not count; b and c
+    # swap live, so both are out of order.
+    live = {"a": 1.0, "b": 30.0, "c": 25.0, "d": 24.0}
+    out = agreement(sim, live, tolerance=3.0)
+    assert out["jobs"] == 4 and out["ordered_pairs"] == 5
+    assert out["in_order_fraction"] == 0.25  # only a
+    # live order a, d, c, b: sim starts 0, 21, 20, 10: the longest chain a, d, c (20 >= 21 - 3)
+    assert out["same_order_fraction"] == 0.75
+    # b-c and b-d disagree; a-b, a-c, a-d agree
+    assert out["pair_agreement"] == 0.6

@@ -49,3 +49,14 @@ def test_a_missing_slurm_conf_is_named_at_once(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("SLURM_CONF", "/nonexistent/slurm.conf")
     with pytest.raises(SlurmConfMissing, match=r"SLURM_CONF=/nonexistent/slurm\.conf does not"):
         Slurm().nodes()
+
+
+def test_parse_test_only_line() -> None:
+    from slurm_arnold.errors import SlurmOutputError
+    from slurm_arnold.slurm import parse_test_only
+
+    line = ("sbatch: Job 8 to start at 2026-11-29T09:19:03 using 256 processors on nodes "
+            "n[001-003,010] in partition gpu\n")
+    assert parse_test_only(line) == ["n001", "n002", "n003", "n010"]
+    with pytest.raises(SlurmOutputError):
+        parse_test_only("allocation failure: Requested node configuration is not available")
