@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 
 from slurm_arnold.errors import ArnoldError
-from slurm_arnold.options import json_option, quick_option
+from slurm_arnold.options import Finite, json_option, quick_option
 
 
 def _writable_docs(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -173,7 +173,7 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
               help="Jobs of the KTH slice.")
 @click.option("--first", type=click.IntRange(min=0), default=10_000, show_default=True,
               help="Index of the slice's first job.")
-@click.option("--scale", type=click.FloatRange(min=1), default=300.0, show_default=True,
+@click.option("--scale", type=Finite(min=1), default=300.0, show_default=True,
               help="Divide the log's times by this.")
 @click.option("--data", type=click.Path(file_okay=False), default="../shared/data/swf",
               show_default=True, help="Where the shared SWF logs are.")
@@ -249,7 +249,7 @@ def bench_sbatch(quick: bool, runs: int, multi_user: bool, bursts: int, docs: st
 @quick_option("4 jobs, a lighter load")
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=2), default=24, show_default=True,
               help="Jobs of the sequence.")
-@click.option("--period", type=click.FloatRange(min=1), default=5.0, show_default=True,
+@click.option("--period", type=Finite(min=1), default=5.0, show_default=True,
               help="Seconds between `arnold reserve sync` passes during the arnold run.")
 @click.option("--seed", type=int, default=7, show_default=True, help="The sequence's seed.")
 @docs_option
@@ -340,7 +340,7 @@ def bench_plan(quick: bool, reference: str, docs: str, as_json: bool) -> None:
 
 @bench.command("pipeline")
 @quick_option("small instances")
-@click.option("--time-limit", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+@click.option("--time-limit", type=Finite(min=0.1), default=60.0, show_default=True,
               help="Seconds per exact solve.")
 @docs_option
 @json_option()

@@ -28,7 +28,7 @@ from slurm_arnold.cluster import (
     slurm_choice,
 )
 from slurm_arnold.errors import ArnoldError
-from slurm_arnold.options import json_option, minipod_level_option, topology_option
+from slurm_arnold.options import Finite, json_option, minipod_level_option, topology_option
 from slurm_arnold.placement import JobShape, Placement, place
 from slurm_arnold.placement.align import alpha_from_model, auto_alpha, parse_bytes
 from slurm_arnold.placement.engine import ALGOS, OFFLINE_ALGOS, check_alpha, place_from_node_list
@@ -191,7 +191,8 @@ def topology_show(topology_file: str | None, gpus_per_node: int, partition: str 
 @click.option("--pp", type=click.IntRange(min=1), required=True, help="Pipeline stages.")
 @click.option("--dp", type=click.IntRange(min=1), help="Data-parallel replicas.")
 @click.option("--nodes", type=click.IntRange(min=1), help="Nodes; gives DP = N*g/(TP*PP).")
-@click.option("--alpha", type=float, help="Weight of DP spread in [0, 1] (beta = 1 - alpha).")
+@click.option("--alpha", type=Finite(),
+              help="Weight of DP spread in [0, 1] (beta = 1 - alpha).")
 @click.option("--align", type=click.Choice(["auto"]),
               help="Derive alpha from the job's communication and the site's network: the "
                    "volumes given (--dp-volume/--pp-volume) or the planner's cost model "
@@ -208,7 +209,7 @@ def topology_show(topology_file: str | None, gpus_per_node: int, partition: str 
               help="Sequences per micro-batch (with --model for --align auto).")
 @click.option("--algo", type=click.Choice(ALGOS), default="mip", show_default=True,
               help="Placement algorithm; `slurm` asks the live slurmctld (sbatch --test-only).")
-@click.option("--time-limit", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+@click.option("--time-limit", type=Finite(min=0.1), default=10.0, show_default=True,
               help="Solver time limit in seconds.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed (random-fit).")
 @click.option("--partition", help="Partition whose nodes are free (live; default: Slurm's).")
@@ -318,7 +319,7 @@ def _print_placement(result: Placement, topo: Topology) -> None:
 @topology_option("The fat tree to replay on (topology.conf format).", required=True)
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True,
               help="GPUs per node.")
-@click.option("--gpus-per-proc", type=click.FloatRange(min=0, min_open=True), default=1.0,
+@click.option("--gpus-per-proc", type=Finite(min=0, min_open=True), default=1.0,
               show_default=True, help="GPUs per processor of the log.")
 @click.option("--lpj-gpus", type=click.IntRange(min=1), default=256, show_default=True,
               help="A job with at least this many GPUs is a large job (LPJ).")
@@ -335,9 +336,9 @@ def _print_placement(result: Placement, topo: Topology) -> None:
               help="Pending jobs tested per scheduling pass (bf_max_job_test).")
 @click.option("--max-reservations", type=click.IntRange(min=0), default=4, show_default=True,
               help="LPJ reservations at once (arnold).")
-@click.option("--spread-weight-h", type=click.FloatRange(min=0), default=1.0,
+@click.option("--spread-weight-h", type=Finite(min=0), default=1.0,
               show_default=True, help="Hours of expected wait one unit of spread is worth.")
-@click.option("--horizon-h", type=click.FloatRange(min=0, min_open=True), default=2.0,
+@click.option("--horizon-h", type=Finite(min=0, min_open=True), default=2.0,
               show_default=True, help="Reserve only LPJs whose nodes drain within this.")
 @json_option()
 def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
@@ -399,16 +400,20 @@ def jobs_cmd(limit: int, as_json: bool) -> None:
     """Jobs submitted through arnold-sbatch: shape, placement, spreads, rank-order file."""
     from reservations.binder import bindings_of
     from slurm_arnold.errors import StateError
-    from slurm_arnold.site_state import open_site_db, open_user_db
+    from slurm_arnold.site_state import caller, open_site_db, open_user_db, user_db_path
 
     config = load_config()
-    db = open_user_db(config)
-    records = db.jobs(limit=limit)
+    mine = user_db_path(config, caller())
+    # Listing makes nothing: a user who never submitted has no database yet.
+    db = open_user_db(config) if mine.exists() else None
+    records = db.jobs(limit=limit) if db is not None else []
+    moves: dict[int, list[dict[str, object]]] = {}
     try:  # the admin side's later moves of these jobs (reservations.binder)
-        moves = bindings_of(open_site_db(config), [int(r["slurm_job_id"]) for r in records
-                                                  if r["slurm_job_id"]])
+        if records and config.db_path.exists():
+            moves = bindings_of(open_site_db(config), [int(r["slurm_job_id"]) for r in records
+                                                      if r["slurm_job_id"]])
     except StateError:
-        moves = {}
+        pass
     rows = []
     for r in records:
         spec = json.loads(r["spec"] or "{}")
@@ -438,7 +443,7 @@ def jobs_cmd(limit: int, as_json: bool) -> None:
     from slurm_arnold.tables import table as new_table
 
     table = new_table("job", "user", "status", "TPxPPxDP", "placement", "DP/PP spread",
-                      "nodes", "rank-order file", title=f"arnold jobs ({db.path})")
+                      "nodes", "rank-order file", title=f"arnold jobs ({mine})")
     for row in rows:
         m = row["metrics"] or {}
         table.add_row(str(row["slurm_job_id"]), row["user"], row["status"],
@@ -474,10 +479,22 @@ def _progress() -> Any:
 
 def _import(source: str, items: Any, total: int | None) -> None:
     """Import records into the state database with a progress bar; report on stderr."""
+    import itertools
+
     from predictor.history import import_records
+    from predictor.swf import BadLine
     from slurm_arnold.site_state import open_site_db
 
     config = load_config()
+    # Up to the first record (or the reader's error for a file with none) before the
+    # database is touched: a bad file leaves nothing behind.
+    rest = iter(items)
+    head = []
+    for item in rest:
+        head.append(item)
+        if not isinstance(item, BadLine):
+            break
+    items = itertools.chain(head, rest)
     state = open_site_db(config, write=True)
     with _progress() as bar:
         task = bar.add_task(f"importing {source}", total=total)
@@ -527,7 +544,7 @@ def import_sacct(since: str | None) -> None:
               help="A Standard Workload Format log (plain or .gz).")
 @click.option("--csv", "csv_file", type=click.Path(dir_okay=False, exists=True),
               help="A CSV job history with the documented header.")
-@click.option("--quantile", type=click.FloatRange(0.5, 0.99), default=0.9, show_default=True,
+@click.option("--quantile", type=Finite(0.5, 0.99), default=0.9, show_default=True,
               help="Quantile of the upper model.")
 @click.option("--db", "from_db", is_flag=True, help="The imported history in the state database.")
 @click.option("--plot", type=click.Path(dir_okay=False),
@@ -653,8 +670,10 @@ def predictor_retrain(since: str | None, no_import: bool, force: bool, as_json: 
     from slurm_arnold.site_state import open_site_db
 
     config = load_config()
-    result = retrain(config, open_site_db(config, write=True),
-                     slurm=None if no_import else Slurm(),
+    slurm = None if no_import else Slurm()
+    if slurm is not None:
+        slurm.require_config()  # before the site's state is opened (and made)
+    result = retrain(config, open_site_db(config, write=True), slurm=slurm,
                      since=since, force=force)
     if as_json:
         click.echo(json.dumps(result))

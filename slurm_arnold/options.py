@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -35,3 +36,18 @@ def minipod_level_option() -> Callable[[F], F]:
     return click.option("--minipod-level", type=click.IntRange(min=0),
                         help="Switch level that forms a minipod (default: the site config's, "
                              "1 unless set).")
+
+
+class Finite(click.FloatRange):
+    """A real number within the range: ``nan`` and ``inf`` are refused (click's ``float`` and
+    ``FloatRange`` let them through, and ``nan`` compares false with every bound)."""
+
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        """The number, or a usage error for one that is not finite."""
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number

@@ -12,7 +12,7 @@ import click
 
 from site_config import load_config
 from slurm_arnold.errors import ArnoldError
-from slurm_arnold.options import json_option, topology_option
+from slurm_arnold.options import Finite, json_option, topology_option
 from slurm_arnold.pipeline.run import NAMES, run
 
 log = logging.getLogger("arnold.pipeline")
@@ -37,16 +37,16 @@ SOLVER_SIZE = (4, 8)  # the largest stages and micro-batches `all` hands to the 
               help="With --greedy-chunks: chunks round the stages (loop) or V-shaped (ZBV's).")
 @click.option("--greedy-chunks", type=click.IntRange(min=1), default=1, show_default=True,
               help="Model chunks per stage for greedy and optimal (optimal: 1 only).")
-@click.option("--mem-b", type=float, default=1.0, show_default=True,
+@click.option("--mem-b", type=Finite(min=0), default=1.0, show_default=True,
               help="Activations one F leaves for B (the memory unit).")
-@click.option("--mem-w", type=float, default=0.5, show_default=True,
+@click.option("--mem-w", type=Finite(min=0), default=0.5, show_default=True,
               help="Of those, what W still needs after B.")
-@click.option("--mem-limit", type=float,
+@click.option("--mem-limit", type=Finite(min=0, min_open=True),
               help="Activation memory per stage. Default: each static schedule its own peak; "
                    "greedy and optimal 1F1B's (P x --mem-b).")
-@click.option("--latency", type=float, default=0.0, show_default=True,
+@click.option("--latency", type=Finite(min=0), default=0.0, show_default=True,
               help="Latency of a message on a cross link.")
-@click.option("--bandwidth-time", type=float, default=0.0, show_default=True,
+@click.option("--bandwidth-time", type=Finite(min=0), default=0.0, show_default=True,
               help="Time a message occupies a cross link (size / bandwidth).")
 @click.option("--cross-links", "cross_text",
               help="Boundaries i (stage i to i+1, both directions) that pay, e.g. 3 or 1,5.")
@@ -71,7 +71,7 @@ SOLVER_SIZE = (4, 8)  # the largest stages and micro-batches `all` hands to the 
 @click.option("--schedule", "name", type=click.Choice([*NAMES, "all"]), default="all",
               show_default=True, help="One schedule (--json: one object) or all of them "
                                       "(--json: a list).")
-@click.option("--time-limit", type=click.FloatRange(min=0.1), default=60.0, show_default=True,
+@click.option("--time-limit", type=Finite(min=0.1), default=60.0, show_default=True,
               help="Seconds the optimal schedule's solver may take.")
 @click.option("--timeline", is_flag=True, help="Also draw each schedule as text (stderr with "
                                                "--json).")

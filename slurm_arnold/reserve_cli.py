@@ -25,6 +25,7 @@ def _reserver(admin_action: str | None = None) -> Any:
 
     config = load_config()
     slurm = Slurm()
+    slurm.require_config()  # before the site's state is opened (and, for an admin, made)
     if admin_action is not None:
         require_admin(slurm, f"reserve {admin_action}")
     return Reserver(config, open_site_db(config, write=admin_action is not None), slurm)

@@ -456,15 +456,19 @@ class Slurm:
         self.timeout = timeout
 
     # -- running commands -------------------------------------------------------------
+    def require_config(self) -> None:
+        """``SlurmConfMissing`` when ``SLURM_CONF`` names a file that is not there: Slurm's
+        commands would look for a configless controller first and give up only after a
+        minute. Commands that would write state first call this before touching anything."""
+        conf = self.env.get("SLURM_CONF")
+        if conf is not None and not os.path.isfile(conf):
+            raise SlurmConfMissing(conf)
+
     def run(self, args: Sequence[str], *, input: str | None = None,
             check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run one Slurm command; raise ``SlurmError`` when it fails and ``check`` is set."""
         cmd = list(args)
-        conf = self.env.get("SLURM_CONF")
-        if conf is not None and not os.path.isfile(conf):
-            # Slurm's commands would look for a configless controller first and give up only
-            # after a minute: say what is wrong at once.
-            raise SlurmConfMissing(conf)
+        self.require_config()
         log.debug("running: %s", shlex.join(cmd))
         try:
             proc = subprocess.run(cmd, input=input, capture_output=True, text=True,
