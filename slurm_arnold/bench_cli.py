@@ -25,10 +25,18 @@ def _writable_docs(ctx: click.Context, param: click.Parameter, value: str) -> st
     return value
 
 
+def _default_docs() -> str:
+    """The checkout's docs/benchmarks.md wherever the command runs from; from an installed
+    copy (no checkout around it), docs/benchmarks.md under the current directory."""
+    checkout = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+    return str(checkout) if checkout.exists() else "docs/benchmarks.md"
+
+
 #: Every full benchmark writes its section of this file (the quick runs write nothing).
 docs_option = click.option(
-    "--docs", type=click.Path(dir_okay=False), default="docs/benchmarks.md", show_default=True,
-    callback=_writable_docs, help="Where the full run writes its section.")
+    "--docs", type=click.Path(dir_okay=False), default=_default_docs,
+    show_default="the checkout's docs/benchmarks.md", callback=_writable_docs,
+    help="Where the full run writes its section.")
 
 @click.group("bench")
 def bench() -> None:

@@ -213,8 +213,10 @@ def topology_show(topology_file: str | None, gpus_per_node: int, partition: str 
               help="Solver time limit in seconds.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed (random-fit).")
 @click.option("--partition", help="Partition whose nodes are free (live; default: Slurm's).")
-@click.option("--explain", is_flag=True,
-              help="Also show Slurm's own choice beside ours: a table and a picture.")
+@click.option("--explain", "explain_to", is_flag=False, flag_value="", default=None,
+              metavar="[=PATH]",
+              help="Also show Slurm's own choice beside ours: a table and a picture, drawn to "
+                   "PATH as with arnold-sbatch --explain=PATH (default: --picture's).")
 @click.option("--picture", "picture_path", type=click.Path(dir_okay=False),
               default="arnold-explain.svg", show_default=True,
               help="Where --explain draws (SVG; a .png name gives PNG).")
@@ -224,7 +226,8 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
               align: str | None, dp_volume: str | None, pp_volume: str | None,
               microbatches: int, model_name: str | None, global_batch: int | None,
               micro_batch: int, algo: str, time_limit: float, seed: int,
-              partition: str | None, explain: bool, picture_path: str, as_json: bool) -> None:
+              partition: str | None, explain_to: str | None, picture_path: str,
+              as_json: bool) -> None:
     """Place a TP x PP x DP job on the fat tree and print its layout and spreads."""
     # What can be checked without the cluster is checked before asking it.
     if dp is None and nodes is None:
@@ -272,6 +275,9 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
         result = place(view.topology, view.free, job, algo=algo, alpha=alpha,
                        time_limit=time_limit, seed=seed)
     theirs = None
+    explain = explain_to is not None
+    if explain_to:
+        picture_path = explain_to
     if explain:
         from slurm_arnold.explain import picture, slurm_reference, table
 

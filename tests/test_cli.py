@@ -201,3 +201,11 @@ def test_place_explain_draws_ours_beside_slurms(tmp_path: Path, isolated_config:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "slurm (modelled): max DP spread" in text.output
     assert f"picture: {png}" in text.output
+    # The spelling arnold-sbatch uses: --explain=PATH.
+    inline = tmp_path / "inline.svg"
+    same = CliRunner().invoke(main, ["place", "--topology", str(topo), "--free", str(free),
+                                     "--tp", "8", "--pp", "4", "--dp", "3",
+                                     f"--explain={inline}", "--json"])
+    assert same.exit_code == 0, same.output
+    assert json.loads(same.output)["explain"]["picture"] == str(inline)
+    assert "<svg" in inline.read_text()
