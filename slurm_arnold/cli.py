@@ -389,7 +389,8 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
     table.add_column("value", justify="right")
     for key in ("utilization", "mean_wait_h", "bounded_slowdown", "lpj_mean_wait_h",
                 "lpj_p95_wait_h", "lpj_mean_weighted_spread", "backfilled_in_reservations",
-                "lpj_delay_h_from_mispredictions", "killed_jobs", "dropped_jobs"):
+                "reserved_idle_node_h", "lpj_delay_h_from_mispredictions", "killed_jobs",
+                "dropped_jobs"):
         table.add_row(key, str(result[key]))
     Console(soft_wrap=True).print(table)
 

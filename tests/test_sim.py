@@ -19,7 +19,7 @@ from slurm_arnold.topology import parse_topology
 from tests.test_predictor import KTH, _jobs
 
 KEYS = {"utilization", "mean_wait_h", "bounded_slowdown", "lpj_mean_wait_h", "lpj_p95_wait_h",
-        "lpj_mean_weighted_spread", "backfilled_in_reservations",
+        "lpj_mean_weighted_spread", "backfilled_in_reservations", "reserved_idle_node_h",
         "lpj_delay_h_from_mispredictions", "killed_jobs", "jobs", "dropped_jobs"}
 
 
@@ -80,6 +80,10 @@ def test_share_mode_admits_and_the_misprediction_delays_the_lpj() -> None:
     assert result["killed_jobs"] == 0
     # PP=4, DP=1: each DP group is one node (spread 1), the pipeline spans both minipods (2).
     assert result["lpj_mean_weighted_spread"] == 1.5
+    # Reserved from 10 (all 4 nodes): 2 idle until the admitted job takes one at 20, 1 idle
+    # until J1 frees 2 at 100, 3 idle until the LPJ starts at 110.
+    assert result["reserved_idle_node_h"] == pytest.approx((2 * 10 + 1 * 80 + 3 * 10) / 3600,
+                                                           abs=1e-6)
 
 
 def test_shrink_mode_ends_the_mispredicted_job_and_the_lpj_starts_on_time() -> None:
@@ -90,6 +94,9 @@ def test_shrink_mode_ends_the_mispredicted_job_and_the_lpj_starts_on_time() -> N
     assert admitted.start == 20 and admitted.end == 100 and admitted.killed
     assert lpj.start == 100
     assert result["killed_jobs"] == 1 and result["lpj_delay_h_from_mispredictions"] == 0
+    assert result["reserved_idle_node_h"] == pytest.approx((2 * 10 + 1 * 80) / 3600, abs=1e-6)
+    slurm = _sim(_reservation_log(), _tree(2, 1, 2), lpj_gpus=32, policy="slurm").run()
+    assert slurm["reserved_idle_node_h"] == 0
 
 
 def _check_conservation(sim: Simulation, result: dict[str, object]) -> None:

@@ -118,6 +118,10 @@ class Simulation:
         self.seq = 0
         self.log: list[tuple[int, tuple[int, ...], int, float, float]] = []
         self.backfilled_in_reservations = 0
+        # Reserved nodes running nothing, integrated over time: what reservations cost others.
+        self.jobs_on_node = np.zeros(cluster.n, dtype=np.int64)
+        self.reserved_idle_s = 0.0
+        self.idle_reserved_now = 0
         self.killed = 0
         self.lpj_delay = 0.0
         self.lpj_admission_delay = 0.0
@@ -140,6 +144,7 @@ class Simulation:
         done = 0
         while self.events:
             t = self.events[0][0]
+            self.reserved_idle_s += (t - self.now) * self.idle_reserved_now
             self.now = t
             while self.events and self.events[0][0] == t:
                 _, kind, _, index = heapq.heappop(self.events)
@@ -152,10 +157,18 @@ class Simulation:
                 else:
                     self._submit(job)
             self._pass()
+            self.idle_reserved_now = self._idle_reserved()
         unfinished = [j for j in self.jobs if j.end is None]
         if unfinished:  # pragma: no cover - a bug, not an outcome
             raise AssertionError(f"{len(unfinished)} jobs never ran (first {unfinished[0]})")
         return self.metrics()
+
+    def _idle_reserved(self) -> int:
+        """Nodes of any reservation that run no job at this instant."""
+        if not self.reservations:
+            return 0
+        nodes = np.unique(np.concatenate([r.nodes for r in self.reservations.values()]))
+        return int(np.count_nonzero(self.jobs_on_node[nodes] == 0))
 
     def _submit(self, job: SimJob) -> None:
         active = len(self.queue) + len(self.running)
@@ -168,6 +181,7 @@ class Simulation:
         self._drains.clear()
         del self.running[job.index]
         self.c.give(job.node_ids, job.gpus_each)
+        self.jobs_on_node[job.node_ids] -= 1
         for i in job.node_ids:
             self.node_jobs[i].discard(job.index)
             self.limit_end[i] = max((self._limit_end(self.jobs[k]) for k in self.node_jobs[i]),
@@ -201,6 +215,7 @@ class Simulation:
             job.limit = limit
         job.end = self.now + run
         self.running[job.index] = job
+        self.jobs_on_node[list(nodes)] += 1
         for i in nodes:
             self.node_jobs[i].add(job.index)
             self.limit_end[i] = max(self.limit_end[i], self.now + job.limit)
@@ -471,6 +486,7 @@ class Simulation:
             "lpj_p95_wait_h": round(float(np.quantile(lpj_waits, 0.95)), 6) if lpj else 0.0,
             "lpj_mean_weighted_spread": round(float(np.mean(spreads)), 6) if lpj else 0.0,
             "backfilled_in_reservations": self.backfilled_in_reservations,
+            "reserved_idle_node_h": round(self.reserved_idle_s / 3600.0, 6),
             "lpj_delay_h_from_mispredictions": round(self.lpj_delay / 3600.0, 6),
             "lpj_delay_h_from_admissions": round(self.lpj_admission_delay / 3600.0, 6),
             "killed_jobs": self.killed,
