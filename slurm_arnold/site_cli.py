@@ -29,6 +29,25 @@ def site_init() -> None:
         click.echo(line)
 
 
+@site.command("prolog-script")
+@click.option("--prolog", type=click.Path(dir_okay=False),
+              help="The arnold-prolog to run (default: the one beside this arnold).")
+@click.option("--slurm-conf", type=click.Path(dir_okay=False),
+              help="Set SLURM_CONF for it (default: $SLURM_CONF if set, else Slurm's default).")
+def site_prolog_script(prolog: str | None, slurm_conf: str | None) -> None:
+    """Print the PrologSlurmctld wrapper for this site's config (docs/site.md): save it,
+    make it executable and name it in slurm.conf."""
+    import os
+    import sys
+    from pathlib import Path
+
+    from slurm_arnold.prolog import wrapper_script
+
+    program = Path(prolog) if prolog else Path(sys.argv[0]).resolve().parent / "arnold-prolog"
+    conf = slurm_conf or os.environ.get("SLURM_CONF")
+    click.echo(wrapper_script(load_config(), program, Path(conf) if conf else None), nl=False)
+
+
 @site.command("show")
 @json_option()
 def site_show(as_json: bool) -> None:

@@ -143,3 +143,37 @@ def test_rank_files_are_trusted_as_the_plugin_trusts_them(tmp_path: Path) -> Non
     garbage.write_text("arnold-rankorder v1\nranks\n0 n001\n")
     assert rankfile_nodes(garbage) is None
     assert rankfile_nodes(tmp_path / "missing.rankorder") is None
+
+
+def test_the_prolog_wrapper_starts_python_only_for_jobs_that_may_want_ranks(
+        tmp_path: Path) -> None:
+    import subprocess
+
+    from site_config import SiteConfig
+    from slurm_arnold.prolog import wrapper_script
+
+    config = SiteConfig(state_dir=tmp_path / "state")
+    marker = tmp_path / "ran"
+    fake = tmp_path / "arnold-prolog"
+    fake.write_text(f"#!/bin/sh\necho \"$SLURM_JOB_ID\" > {marker}\n")
+    fake.chmod(0o755)
+    script = tmp_path / "wrapper"
+    script.write_text(wrapper_script(config, fake, None))
+    script.chmod(0o755)
+
+    def run(job_id: str, user: str) -> bool:
+        marker.unlink(missing_ok=True)
+        # No cluster answers scontrol here: a job without a spec has no script to read.
+        proc = subprocess.run([str(script)], env={"SLURM_JOB_ID": job_id,
+                                                  "SLURM_JOB_USER": user}, timeout=30)
+        assert proc.returncode == 0
+        return marker.exists()
+
+    spec = config.users_dir / "alice" / "specs" / "42.json"
+    spec.parent.mkdir(parents=True)
+    spec.write_text("{}")
+    assert run("42", "alice")  # arnold-sbatch's job: on to arnold-prolog
+    assert marker.read_text().strip() == "42"
+    assert not run("43", "alice")  # no spec and (here) no script: nothing to do
+    assert not run("42", "../alice")  # a name that is not a plain name: nothing at all
+    assert not run("", "alice")

@@ -258,16 +258,16 @@ minipod_level = 1
 """
 
 
-def prolog_script(p: dict[str, Path]) -> str:
-    """slurmctld's PrologSlurmctld: the site install's arnold-prolog with the environment
-    slurmctld does not give it (no PATH, and the config beside this slurm.conf)."""
-    return f"""#!/bin/sh
-# PrologSlurmctld of the local development cluster (written by site_config/devcluster).
-PATH=/usr/bin:/bin
-SLURM_CONF={p['etc']}/slurm.conf
-export PATH SLURM_CONF
-exec {p['venv']}/bin/arnold-prolog
-"""
+def write_prolog(p: dict[str, Path]) -> None:
+    """slurmctld's PrologSlurmctld: the wrapper `arnold site prolog-script` makes for this
+    site's config, around the site install's arnold-prolog."""
+    proc = subprocess.run([str(p["venv"] / "bin" / "arnold"), "site", "prolog-script",
+                           "--prolog", str(p["venv"] / "bin" / "arnold-prolog"),
+                           "--slurm-conf", str(p["etc"] / "slurm.conf")],
+                          env=slurm_env(p), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ClusterError(f"arnold site prolog-script: {proc.stderr.strip()}")
+    write_if_changed(p["etc"] / "arnold-prolog", proc.stdout, 0o755)
 
 
 def write_if_changed(path: Path, text: str, mode: int = 0o644) -> bool:
@@ -377,7 +377,6 @@ def configure(shape: Shape, p: dict[str, Path]) -> bool:
         plugstack += f"required {plugin} rankdir={p['arnold']}/rankorder\n"
     write_if_changed(p["etc"] / "plugstack.conf", plugstack)
     write_if_changed(p["etc"] / "arnold.toml", arnold_toml(p))
-    write_if_changed(p["etc"] / "arnold-prolog", prolog_script(p), 0o755)
     return changed
 
 
@@ -429,6 +428,7 @@ def install_site(p: dict[str, Path]) -> None:
         src_stamp.write_text(sources)
     shutil.rmtree(REPO / "build", ignore_errors=True)
     run([str(venv / "bin" / "arnold"), "site", "init"], env=slurm_env(p))
+    write_prolog(p)
 
 
 def start_munge(p: dict[str, Path]) -> None:
