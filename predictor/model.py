@@ -251,6 +251,12 @@ def load(directory: Path) -> JctModel:
         if meta.get("features") != list(FEATURES):
             raise ModelError(f"{directory}: trained on other features; retrain it "
                              "(arnold predictor retrain)")
+        for name in ("point.txt", "upper.txt"):
+            # LightGBM prints its own fatal line for a file it cannot parse: look first.
+            with open(directory / name, "rb") as fh:
+                if fh.readline().strip() != b"tree":
+                    raise ModelError(f"{directory / name}: not a LightGBM model; retrain it "
+                                     "(arnold predictor retrain)")
         point = lgb.Booster(model_file=str(directory / "point.txt"))
         upper = lgb.Booster(model_file=str(directory / "upper.txt"))
     except ModelError:

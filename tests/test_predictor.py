@@ -154,3 +154,15 @@ def test_the_ablation_prices_the_other_choices() -> None:
     assert methods["model_l2"]["mae_log"] != methods["model"]["mae_log"]
     assert methods["model_l2_plain"]["mae_log"] != methods["model_l2"]["mae_log"]
     assert 0.0 <= methods["model_q_static"]["coverage"] <= 1.0
+
+
+def test_a_garbage_model_file_is_one_line(tmp_path: Path,
+                                          capfd: pytest.CaptureFixture[str]) -> None:
+    from predictor.model import ModelError, load
+
+    (tmp_path / "metadata.json").write_text(json.dumps({"features": list(FEATURES)}))
+    for name in ("point.txt", "upper.txt"):
+        (tmp_path / name).write_bytes(b"garbage\x00\xff")
+    with pytest.raises(ModelError, match=r"point\.txt: not a LightGBM model; retrain it"):
+        load(tmp_path)
+    assert "LightGBM" not in capfd.readouterr().err  # nothing from LightGBM's own logging
