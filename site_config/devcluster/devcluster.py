@@ -377,6 +377,12 @@ def configure(shape: Shape, p: dict[str, Path]) -> bool:
         plugstack += f"required {plugin} rankdir={p['arnold']}/rankorder\n"
     write_if_changed(p["etc"] / "plugstack.conf", plugstack)
     write_if_changed(p["etc"] / "arnold.toml", arnold_toml(p))
+    prolog = p["etc"] / "arnold-prolog"
+    if not prolog.exists():
+        # slurmctld checks PrologSlurmctld when it starts and drops a missing one for good;
+        # the real wrapper (write_prolog) needs the site install, made after the daemons.
+        write_if_changed(prolog, "#!/bin/sh\n# replaced by `make cluster` once arnold is "
+                                 "installed\nexit 0\n", 0o755)
     return changed
 
 
