@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -86,18 +87,20 @@ def test_a_plain_sbatch_job_with_arnold_lines_gets_ranks_for_its_allocation(
     assert len(spread) == 4, "needs two idle nodes in each of four minipods"
     nodes = [n for pod in spread for n in pods[pod][:2]]
     work = home(user)
+    tag = uuid.uuid4().hex[:8]  # job ids repeat when the cluster is made afresh; homes stay
     script = work / "plain-arnold.sh"
     script.write_text("#!/bin/bash\n#ARNOLD --tp 8 --pp 2 --alpha 0.75\n"
                       f"srun --arnold-rankfile=auto bash -c '{REPORT}'\n")
     os.chown(script, *_ids(user))
     proc = _run_as(user, ["sbatch", "--parsable", "-N", "8", "-w", ",".join(nodes),
                           "--ntasks-per-node=8", "--gpus-per-node=8", "--exclusive", "-t", "5",
-                          "-o", str(work / "plain-%j.out"), str(script)], work)
+                          "-o", str(work / f"plain-{tag}-%j.out"), str(script)], work)
     assert proc.returncode == 0, proc.stderr
     job_id = int(proc.stdout)
-    assert wait_for_job(slurm, job_id) == "COMPLETED", (work / f"plain-{job_id}.out").read_text()
+    out = work / f"plain-{tag}-{job_id}.out"
+    assert wait_for_job(slurm, job_id) == "COMPLETED", out.read_text()
     rankfile = admin_rankfile(site, job_id)
-    _ranks_match((work / f"plain-{job_id}.out").read_text(), rankfile, set(nodes), 64)
+    _ranks_match(out.read_text(), rankfile, set(nodes), 64)
     row = _bindings(site, job_id)[-1]
     assert row["kind"] == "start" and "#ARNOLD lines" in row["reason"]
     # Never worse than Slurm's own order on the same nodes (the row holds both).
@@ -120,10 +123,11 @@ def test_an_arnold_job_moved_by_an_admin_gets_ranks_for_where_it_runs(
         site: Any, slurm: Slurm, slurm_conf_dir: Path) -> None:
     user = USERS[1]
     work = home(user)
+    tag = uuid.uuid4().hex[:8]
     sbatch = str(site_venv() / "bin" / "arnold-sbatch")
     proc = _run_as(user, [sbatch, "--parsable", "--hold", "-N", "4", "--ntasks-per-node=8",
                           "--gpus-per-node=8", "--exclusive", "-t", "5",
-                          "-o", str(work / "moved-%j.out"), "--tp", "8", "--pp", "2",
+                          "-o", str(work / f"moved-{tag}-%j.out"), "--tp", "8", "--pp", "2",
                           "--wrap", f"srun --arnold-rankfile=auto bash -c '{REPORT}'"], work)
     assert proc.returncode == 0, proc.stderr
     job_id = int(proc.stdout)
@@ -135,7 +139,7 @@ def test_an_arnold_job_moved_by_an_admin_gets_ranks_for_where_it_runs(
     slurm.update_job(job_id, ReqNodeList=",".join(elsewhere))
     slurm.run(["scontrol", "release", str(job_id)])
     assert wait_for_job(slurm, job_id) == "COMPLETED"
-    out = (work / f"moved-{job_id}.out").read_text()
+    out = (work / f"moved-{tag}-{job_id}.out").read_text()
     _ranks_match(out, admin_rankfile(site, job_id), set(elsewhere), 32, procid_is_rank=True)
     assert _bindings(site, job_id)[-1]["kind"] == "start"
     # The user sees where it ran and why.
@@ -164,6 +168,7 @@ def test_a_requeued_job_that_lost_a_node_restarts_with_the_survivors_and_right_r
         site: Any, slurm: Slurm, revive_nodes: list[str]) -> None:
     user = USERS[2]
     work = home(user)
+    tag = uuid.uuid4().hex[:8]  # the output is appended to: never one an earlier job 42 left
     script = work / "requeue.sh"
     script.write_text("#!/bin/bash\n"
                       "echo \"start $SLURM_JOB_NODELIST ${SLURM_RESTART_COUNT:-0}\"\n"
@@ -173,12 +178,12 @@ def test_a_requeued_job_that_lost_a_node_restarts_with_the_survivors_and_right_r
     sbatch = str(site_venv() / "bin" / "arnold-sbatch")
     proc = _run_as(user, [sbatch, "--parsable", "--requeue", "-N", "4", "--ntasks-per-node=8",
                           "--gpus-per-node=8", "--exclusive", "-t", "15", "--open-mode=append",
-                          "-o", str(work / "requeue-%j.out"), "--tp", "8", "--pp", "2",
+                          "-o", str(work / f"requeue-{tag}-%j.out"), "--tp", "8", "--pp", "2",
                           str(script)], work)
     assert proc.returncode == 0, proc.stderr
     job_id = int(proc.stdout)
     try:
-        first = _wait_for_start(slurm, job_id, work / f"requeue-{job_id}.out", restarts=0)
+        first = _wait_for_start(slurm, job_id, work / f"requeue-{tag}-{job_id}.out", restarts=0)
         victim = sorted(first)[1]
         # The node dies: its slurmd is killed and it is set DOWN (it stays down: nothing
         # answers for it). Slurm requeues the job, which still requires the dead node.
@@ -199,10 +204,10 @@ def test_a_requeued_job_that_lost_a_node_restarts_with_the_survivors_and_right_r
                               text=True, timeout=120)
         assert sync.returncode == 0, sync.stderr
         assert f"job {job_id}" in sync.stdout, sync.stdout
-        second = _wait_for_start(slurm, job_id, work / f"requeue-{job_id}.out", restarts=1)
+        second = _wait_for_start(slurm, job_id, work / f"requeue-{tag}-{job_id}.out", restarts=1)
         assert victim not in second
         assert set(first) - {victim} <= set(second)  # the survivors were kept
-        out = (work / f"requeue-{job_id}.out").read_text()
+        out = (work / f"requeue-{tag}-{job_id}.out").read_text()
         after = out[out.index(f"start {_hl(second)} 1"):]
         _ranks_match(after, admin_rankfile(site, job_id), set(second), 32,
                      procid_is_rank=True)
