@@ -20,20 +20,22 @@ if TYPE_CHECKING:
 MIGRATION_SET = "slurm_arnold"
 
 
+#: The ``jobs`` table (arnold-sbatch's records), also the only column names
+#: ``StateDB.record_job``/``update_job`` put into SQL.
+JOBS_COLUMNS: dict[str, type] = {
+    "id": int,
+    "created_at": float,
+    "user": str,
+    "slurm_job_id": int,
+    "spec": str,  # JSON: the job's TP/PP/DP, GPUs per node, alpha, sbatch options
+    "placement": str,  # JSON: the placement (assignment, metrics, solver info)
+    "rankfile": str,
+    "status": str,
+}
+
+
 def _create_jobs(db: sqlite_utils.Database) -> None:
-    db["jobs"].create(  # type: ignore[union-attr]
-        {
-            "id": int,
-            "created_at": float,
-            "user": str,
-            "slurm_job_id": int,
-            "spec": str,  # JSON: the job's TP/PP/DP, GPUs per node, alpha, sbatch options
-            "placement": str,  # JSON: the placement (assignment, metrics, solver info)
-            "rankfile": str,
-            "status": str,
-        },
-        pk="id",
-    )
+    db["jobs"].create(JOBS_COLUMNS, pk="id")  # type: ignore[union-attr]
     db["jobs"].create_index(["slurm_job_id"])  # type: ignore[union-attr]
 
 

@@ -13,7 +13,9 @@ the rank file the SPANK plugin will read (``--arnold-rankfile=auto``) is for tho
 * a job submitted with plain sbatch whose script has ``#ARNOLD --tp T --pp P`` lines (the
   same lines arnold-sbatch reads) gets the same: ranks for the nodes Slurm gave it.
 
-A job that wants none of this costs one ``scontrol`` call and a stat. Nothing here ever makes
+A job that wants none of this never gets here: the shell wrapper slurmctld runs
+(``wrapper_script``, ``arnold site prolog-script``) answers for it in milliseconds with a stat
+and one ``scontrol`` call, and starts Python only for jobs that may. Nothing here ever makes
 the prolog fail: a failing ``PrologSlurmctld`` requeues the job, which is worse than running it
 without our ranks; the plugin then refuses the tasks with one line saying why. What was done
 goes to the site's ``bindings`` table (``arnold jobs``) as kind ``start``.

@@ -256,7 +256,8 @@ def _jobs_from_json_v0038(doc: Mapping[str, Any]) -> list[JobInfo]:
 _SQUEUE_FIELDS = ["JobID", "UserName", "State", "NodeList", "Partition", "TimeLimit",
                   "StartTime", "EndTime", "Reservation", "NumNodes", "tres-alloc",
                   "SubmitTime", "ReqNodes", "Reason", "PriorityLong", "Name"]
-#: What ``squeue`` lists without ``--states``: every job not finished.
+_SQUEUE_FORMAT = ",".join(f"{name}:|" for name in _SQUEUE_FIELDS)
+#: Every state of a job that is not finished (what ``taken_by_queue`` must see).
 _SQUEUE_UNFINISHED = "PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING,RESIZING,REQUEUED," \
     "REQUEUE_FED,REQUEUE_HOLD,SIGNALING,STAGE_OUT,STOPPED,RESV_DEL_HOLD,SPECIAL_EXIT"
 
@@ -537,10 +538,9 @@ class Slurm:
             doc = self._json(["squeue"])
             if doc is not None:
                 return _jobs_from_json_v0038(doc)
-        fmt = ",".join(f"{name}:|" for name in _SQUEUE_FIELDS)
         states = _SQUEUE_UNFINISHED if unfinished else "all"
         out = self.run(["squeue", "--all", "--noheader", f"--states={states}", "--Format",
-                        fmt]).stdout
+                        _SQUEUE_FORMAT]).stdout
         return _jobs_from_squeue_text(out)
 
     def submit(self, args: Sequence[str], script: str | None = None) -> int:
@@ -564,9 +564,8 @@ class Slurm:
 
     def job(self, job_id: int) -> JobInfo | None:
         """One job (any state), or None when slurmctld does not know it (any more)."""
-        fmt = ",".join(f"{name}:|" for name in _SQUEUE_FIELDS)
         proc = self.run(["squeue", "--noheader", "--states=all", f"--jobs={job_id}",
-                         "--Format", fmt], check=False)
+                         "--Format", _SQUEUE_FORMAT], check=False)
         if proc.returncode != 0:
             return None
         return next((j for j in _jobs_from_squeue_text(proc.stdout) if j.job_id == job_id),

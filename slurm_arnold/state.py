@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from slurm_arnold.errors import StateError
-from slurm_arnold.migrations import MIGRATION_SET, STEPS, migrations
+from slurm_arnold.migrations import JOBS_COLUMNS, MIGRATION_SET, STEPS, migrations
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -37,9 +37,6 @@ MIGRATIONS_TABLE = "_sqlite_migrations"
 log = logging.getLogger(__name__)
 
 
-#: The columns of ``jobs`` (slurm_arnold.migrations, 0001_jobs): the only names put into SQL.
-JOB_COLUMNS = frozenset({"id", "created_at", "user", "slurm_job_id", "spec", "placement",
-                         "rankfile", "status"})
 #: Mode of every database file we create (the -journal/-wal/-shm files follow it).
 DB_FILE_MODE = 0o644
 READONLY_HINT = ("it is written by the admin side only (`arnold reserve sync`, `arnold "
@@ -213,7 +210,7 @@ class StateDB:
     def record_job(self, record: dict[str, Any]) -> int:
         """Insert a job record; return its id."""
         row = dict(record, created_at=record.get("created_at", time.time()))
-        unknown = set(row) - JOB_COLUMNS
+        unknown = set(row) - set(JOBS_COLUMNS)
         if unknown:
             raise ValueError(f"not columns of jobs: {sorted(unknown)}")
         names = ", ".join(f"[{name}]" for name in row)
@@ -225,7 +222,7 @@ class StateDB:
 
     def update_job(self, record_id: int, fields: dict[str, Any]) -> None:
         """Change some columns of one job record."""
-        unknown = set(fields) - JOB_COLUMNS
+        unknown = set(fields) - set(JOBS_COLUMNS)
         if unknown:
             raise ValueError(f"not columns of jobs: {sorted(unknown)}")
         sets = ", ".join(f"[{name}] = ?" for name in fields)
