@@ -15,11 +15,22 @@ which is why this bound is often far stronger than SCIP's root bound.
 
 Only the L = min(#minipods, PP * a, D' * b) largest minipods need to be considered: a placement
 with those spreads uses at most L minipods, and moving it to the L largest never hurts.
+
+Where the Lagrangian bound leaves a box open, ``product_exact_bound`` solves the same
+relaxation with gamma integral as well: a two-dimensional knapsack (rows used, pipelines
+used) over the minipods. It is slower (a max-plus table of a*PP x b*D' per minipod) but
+closes boxes the continuous gamma leaves open by a unit or two, which is where the hard,
+fragmented cases sit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
+
+#: Names of the arguments that can rule a spread box out, as reported in ``--json``.
+LAGRANGIAN = "product bound (Lagrangian)"
+EXACT_PRODUCT = "product bound (integral)"
 
 
 def product_upper_bound(caps: Sequence[int], rows: int, cols: int, a: int, b: int) -> float:
@@ -51,14 +62,54 @@ def product_upper_bound(caps: Sequence[int], rows: int, cols: int, a: int, b: in
     return best
 
 
+def product_exact_bound(caps: Sequence[int], rows: int, cols: int, a: int, b: int) -> int:
+    """Most units that fit with DP spread <= a and PP spread <= b when minipod p, touched by
+    rho_p rows and gamma_p pipelines (both integers), holds min(cap_p, rho_p * gamma_p).
+
+    Exact for that relaxation (a 2-D knapsack over the minipods), so never weaker than
+    ``product_upper_bound``.
+    """
+    import numpy as np
+
+    top = list(caps)[: min(len(caps), rows * a, cols * b)]
+    row_budget, col_budget = rows * a, cols * b
+    unset = -1
+    best = np.full((row_budget + 1, col_budget + 1), unset, dtype=np.int64)
+    best[0, 0] = 0
+    for cap in top:
+        new = best.copy()
+        for r in range(1, min(rows, row_budget) + 1):
+            # More pipelines than ceil(cap / r) add nothing to this minipod.
+            for g in range(1, min(cols, -(-cap // r), col_budget) + 1):
+                source = best[: row_budget + 1 - r, : col_budget + 1 - g]
+                candidate = np.where(source > unset, source + min(cap, r * g), unset)
+                np.maximum(new[r:, g:], candidate, out=new[r:, g:])
+        best = new
+    return int(best.max())
+
+
+class SpreadBox(NamedTuple):
+    """A pair of spread limits and what (if anything) proves no placement reaches it."""
+
+    cost: float
+    a: int
+    b: int
+    ruled_out_by: str | None
+
+    @property
+    def possible(self) -> bool:
+        """True unless a bound rules the box out."""
+        return self.ruled_out_by is None
+
+
 def spread_pairs(caps: Sequence[int], rows: int, cols: int, alpha: float,
-                 below: float) -> list[tuple[float, int, int, bool]]:
-    """Every (cost, a, b, possible) with cost < ``below``, cheapest first; ``possible`` is
-    False where the product bound proves no placement has spreads (a, b)."""
+                 below: float) -> list[SpreadBox]:
+    """Every box (a, b) with cost < ``below``, cheapest first, each with the bound that rules
+    it out (``None`` where none does)."""
     n = len(caps)
     need = rows * cols
     out = []
-    excluded: list[tuple[int, int]] = []
+    excluded: list[tuple[int, int, str]] = []
     for a in range(1, n + 1):
         for b in range(1, n + 1):
             cost = round(alpha * a + (1 - alpha) * b, 9)
@@ -70,11 +121,13 @@ def spread_pairs(caps: Sequence[int], rows: int, cols: int, alpha: float,
     for cost, a, b in out:
         # Fewer minipods per group is never easier: a proven-impossible (a', b') with a <= a'
         # and b <= b' makes (a, b) impossible too.
-        if any(a <= ea and b <= eb for ea, eb in excluded):
-            result.append((cost, a, b, False))
-            continue
-        possible = product_upper_bound(caps, rows, cols, a, b) >= need - 1e-6
-        if not possible:
-            excluded.append((a, b))
-        result.append((cost, a, b, possible))
+        by = next((why for ea, eb, why in excluded if a <= ea and b <= eb), None)
+        if by is None:
+            if product_upper_bound(caps, rows, cols, a, b) < need - 1e-6:
+                by = LAGRANGIAN
+            elif product_exact_bound(caps, rows, cols, a, b) < need:
+                by = EXACT_PRODUCT
+            if by is not None:
+                excluded.append((a, b, by))
+        result.append(SpreadBox(cost, a, b, by))
     return result

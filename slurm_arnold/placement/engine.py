@@ -9,11 +9,12 @@ from collections.abc import Iterable
 from slurm_arnold.errors import InfeasibleError
 from slurm_arnold.placement.bands import band_layout
 from slurm_arnold.placement.baselines import BASELINES, aligned_cells, baseline_cells
-from slurm_arnold.placement.bounds import spread_pairs
+from slurm_arnold.placement.bounds import SpreadBox, spread_pairs
 from slurm_arnold.placement.job import JobShape
 from slurm_arnold.placement.mip import (
     CountProblem,
     layout_from_counts,
+    layout_from_row_sets,
     solve_box,
     solve_box_exact,
 )
@@ -93,9 +94,24 @@ def _lower_bounds(caps: list[int], job: JobShape) -> tuple[int, int]:
     return fewest(job.columns), fewest(job.pp)
 
 
+#: SCIP nodes for one spread box, and for realising one box's counts. Node counts, not
+#: seconds, decide when SCIP gives up, so a busy machine gets the same answer as an idle one.
+#: Chosen by ``arnold bench placement --budgets`` (see docs/benchmarks.md): past these, more
+#: nodes closed no further box on any case of the suite.
+BOX_NODES = 1000
+REALISE_NODES = 1000
+CELL_NODES = 200
+#: Stop after this many boxes in a row that SCIP could neither rule out nor fill: each later
+#: box only costs more, and on the suite none that came after two open ones ever paid.
+STALL_BOXES = 2
+#: Seeds of the random-fit warm start (fixed: the user's --seed must not change the answer).
+START_SEEDS = (0, 1, 2)
+
+
 def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
                time_limit: float, seed: int, t0: float,
                max_spreads: tuple[int, int] | None = None) -> Placement:
+    del seed  # the MIP's answer must not depend on it; see START_SEEDS and SCIP_SEED
     cap_dp, cap_pp = max_spreads or (math.inf, math.inf)
 
     def within(m: Metrics) -> bool:
@@ -114,7 +130,11 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
         "pp-aligned": aligned_cells(pool, job, by="pp"),
     }
     for name in BASELINES:
-        starts[name] = baseline_cells(name, topology, free, job, seed)
+        if name == "random-fit":
+            for s in START_SEEDS:
+                starts[f"random-fit/{s}"] = baseline_cells(name, topology, free, job, s)
+        else:
+            starts[name] = baseline_cells(name, topology, free, job, 0)
     scored = {name: measure(c, job, topology, alpha) for name, c in starts.items()}
     phases = {"baselines": time.monotonic() - t0}
     valid = [n for n in starts if _leaf_local(starts[n], topology) and within(scored[n])]
@@ -123,22 +143,23 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
         best_name, best_cells = "none", {}
         best = Metrics(0, 0, math.inf, 0)
     else:
-        best_name = min(valid, key=lambda n: (scored[n].weighted_spread, n != "pp-aligned"))
+        best_name = min(valid, key=lambda n: (scored[n].weighted_spread, n != "pp-aligned", n))
         best_cells, best = starts[best_name], scored[best_name]
+    best_name = best_name.split("/")[0]
 
-    # Walk the possible spreads (a, b) from the cheapest: the product bound rules most of
-    # them out at once; SCIP decides the rest, each within a share of the time left. The
-    # first box that SCIP neither rules out nor solves in time is the dual bound.
+    # Walk the possible spreads (a, b) from the cheapest: the product bounds rule most of
+    # them out at once; SCIP decides the rest, each within a node budget. The first box that
+    # nothing rules out or fills is the dual bound.
     lb_dp, lb_pp = _lower_bounds(list(caps.values()), job)
     pairs = [pr for pr in spread_pairs(list(caps.values()), job.pp, job.columns, alpha,
                                        best.weighted_spread)
-             if lb_dp <= pr[1] <= cap_dp and lb_pp <= pr[2] <= cap_pp]
+             if lb_dp <= pr.a <= cap_dp and lb_pp <= pr.b <= cap_pp]
     phases["bound"] = time.monotonic() - t0 - sum(phases.values())
     # Bands first: the cheapest (a, b) the product bound allows that a band layout reaches.
-    for cost, a, b, possible in pairs:
-        if not possible or cost >= best.weighted_spread - 1e-9:
+    for box in pairs:
+        if not box.possible or box.cost >= best.weighted_spread - 1e-9:
             continue
-        layout = band_layout(caps, job.pp, job.columns, a, b)
+        layout = band_layout(caps, job.pp, job.columns, box.a, box.b)
         if layout is not None:
             cells = cells_from_layout(layout, pool, job, alpha)
             metrics = measure(cells, job, topology, alpha)
@@ -147,45 +168,44 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
             break
     phases["bands"] = time.monotonic() - t0 - sum(phases.values())
     # Then SCIP on every box still cheaper than what we have: it proves a box empty, or finds
-    # counts that we realise, or runs out of its share of time (the box bounds the gap).
+    # counts that we realise, or runs out of nodes (the first such box bounds the gap).
     dual = best.weighted_spread
     boxes: list[dict[str, object]] = []
-    for cost, a, b, possible in pairs:
-        if not possible:
-            continue
-        if cost >= best.weighted_spread - 1e-9:
+    proofs: dict[str, int] = {}
+    open_box: dict[str, float] | None = None
+    open_in_a_row = 0
+    stopped = "proven"
+    for box in pairs:
+        if box.cost >= best.weighted_spread - 1e-9:
             break
+        if not box.possible:
+            proofs[str(box.ruled_out_by)] = proofs.get(str(box.ruled_out_by), 0) + 1
+            continue
         left = time_limit - (time.monotonic() - t0)
-        if left <= 0.05:
-            dual = min(dual, cost)
+        if left <= 0.05 or open_in_a_row >= STALL_BOXES:
+            if box.cost < dual:
+                dual, open_box = box.cost, {"dp_spread": box.a, "pp_spread": box.b,
+                                            "cost": box.cost}
+            stopped = "time limit" if left <= 0.05 else "stalled"
             break
-        limit = min(len(caps), job.pp * a, job.columns * b)
-        problem = CountProblem(dict(list(caps.items())[:limit]), job.pp, job.columns, alpha)
-        box = solve_box(problem, (a, b), time_limit=left / 2, max_solutions=3, seed=seed)
-        boxes.append({"a": a, "b": b, "status": box.status, "seconds": round(box.seconds, 3)})
-        if box.status == "infeasible":
+        found, outcome, record = _solve_box(box, caps, pool, job, alpha, left)
+        boxes.append(record)
+        if outcome == "infeasible":
+            why = str(record["proved_by"])
+            proofs[why] = proofs.get(why, 0) + 1
             continue
-        layouts = (layout_from_counts(sol, job.columns, b) for sol in box.solutions)
-        found = [lay for lay in layouts if lay is not None]
-        if not found and job.units * len(problem.capacities) <= EXACT_MAX_BINARIES:
-            # Counts that do not realise, on a job small enough to decide cell by cell.
-            left = time_limit - (time.monotonic() - t0)
-            status, exact = solve_box_exact(problem, (a, b), time_limit=left / 2)
-            boxes.append({"a": a, "b": b, "status": f"exact {status}"})
-            if status == "infeasible":
-                continue
-            found = [exact] if exact is not None else []
-        realised = False
-        for layout in found:
-            cells = cells_from_layout(layout, pool, job, alpha)
-            metrics = measure(cells, job, topology, alpha)
-            if metrics.weighted_spread < best.weighted_spread - 1e-9 and within(metrics):
-                best_cells, best, best_name = cells, metrics, "mip"
-                realised = True
-                break
-        dual = min(dual, cost)
-        if realised:
+        if box.cost < dual:
+            dual, open_box = box.cost, {"dp_spread": box.a, "pp_spread": box.b,
+                                        "cost": box.cost}
+        better = [(c, m) for c, m in ((cells, measure(cells, job, topology, alpha))
+                                      for cells in found)
+                  if m.weighted_spread < best.weighted_spread - 1e-9 and within(m)]
+        if better:
+            best_cells, best = better[0]
+            best_name = "mip"
             break
+        open_in_a_row += 1
+        stopped = "node limit"
     phases["scip"] = time.monotonic() - t0 - sum(phases.values())
     if not best_cells:
         raise InfeasibleError(f"no placement keeps DP spread <= {cap_dp} and PP spread <= "
@@ -194,10 +214,56 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
     status = "optimal" if best.weighted_spread <= dual + 1e-9 else "gap"
     gap = (best.weighted_spread - dual) / best.weighted_spread if best.weighted_spread else 0.0
     info = {"source": best_name, "status": status, "dual_bound": dual, "boxes": boxes,
+            "proved_by": proofs, "stopped": "proven" if status == "optimal" else stopped,
+            "open_box": open_box if status == "gap" else None,
             "phase_seconds": {k: round(v, 4) for k, v in phases.items()},
-            "pairs_ruled_out_by_bound": sum(1 for pr in pairs if not pr[3])}
+            "pairs_ruled_out_by_bound": sum(1 for pr in pairs if not pr.possible)}
     return Placement("mip", job, alpha, best_cells, best, time.monotonic() - t0,
                      round(max(gap, 0.0), 6), dual, info)
+
+
+#: Names of the arguments by which SCIP rules a box out, as reported in ``--json``.
+COUNT_MODEL = "count model (SCIP)"
+CELL_MODEL = "cell model (SCIP)"
+
+
+def _solve_box(box: SpreadBox, caps: dict[str, int], pool: Pool, job: JobShape, alpha: float,
+               seconds_left: float) -> tuple[list[dict[Cell, list[str]]], str,
+                                              dict[str, object]]:
+    """Cells of the placements SCIP finds within box (a, b) (first the count model's, then
+    realised), the outcome (``infeasible``, ``found`` or ``open``) and a record for --json."""
+    a, b = box.a, box.b
+    limit = min(len(caps), job.pp * a, job.columns * b)
+    problem = CountProblem(dict(list(caps.items())[:limit]), job.pp, job.columns, alpha)
+    result = solve_box(problem, (a, b), node_limit=BOX_NODES, time_limit=seconds_left,
+                       max_solutions=3)
+    record: dict[str, object] = {"a": a, "b": b, "cost": box.cost, "status": result.status,
+                                 "nodes": result.nodes, "seconds": round(result.seconds, 3)}
+    if result.status == "infeasible":
+        record["proved_by"] = COUNT_MODEL
+        return [], "infeasible", record
+    layouts: list[list[list[str]]] = []
+    for sol in result.solutions:
+        layout = layout_from_counts(sol, job.columns, b)
+        if layout is None:
+            # The counts' stages and minipods, with pipelines chosen by type (exact).
+            layout = layout_from_row_sets(problem.capacities, job.columns,
+                                          [set(u) for u in sol.units], b,
+                                          node_limit=REALISE_NODES)
+        if layout is not None:
+            layouts.append(layout)
+    if not layouts and result.solutions and job.units * limit <= EXACT_MAX_BINARIES:
+        # Counts that do not realise, on a job small enough to decide cell by cell.
+        status, exact = solve_box_exact(problem, (a, b), node_limit=CELL_NODES,
+                                        time_limit=seconds_left)
+        record["exact"] = status
+        if status == "infeasible":
+            record["proved_by"] = CELL_MODEL
+            return [], "infeasible", record
+        layouts = [exact] if exact is not None else []
+    record["realised"] = bool(layouts)
+    cells = [cells_from_layout(lay, pool, job, alpha) for lay in layouts]
+    return cells, "found" if cells else "open", record
 
 
 def cells_from_layout(layout: list[list[str]], pool: Pool, job: JobShape,

@@ -29,6 +29,7 @@ matches, the placement reaches the model's objective and is therefore optimal.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -92,22 +93,38 @@ def build_model(problem: CountProblem, limits: tuple[int, int]) -> tuple[Model, 
 
 @dataclass
 class BoxResult:
-    """What SCIP said about one spread box: solutions found (best first) and the status."""
+    """What SCIP said about one spread box: solutions found (best first), the status and the
+    branch-and-bound nodes it took."""
 
     solutions: list[CountSolution]
     status: str
     seconds: float
+    nodes: int = 0
 
 
-def solve_box(problem: CountProblem, limits: tuple[int, int], *, time_limit: float,
-              max_solutions: int = 1, seed: int = 0) -> BoxResult:
+#: SCIP's random seed. Fixed: a user's ``--seed`` must not change the placement they get.
+SCIP_SEED = 0
+
+
+def solve_box(problem: CountProblem, limits: tuple[int, int], *, node_limit: int,
+              time_limit: float, max_solutions: int = 1) -> BoxResult:
     """Look for count solutions with spreads within ``limits``; status ``infeasible`` proves
-    there are none (the model is a relaxation, so then no placement has such spreads)."""
+    there are none (the model is a relaxation, so then no placement has such spreads).
+
+    Any solution in the box will do (boxes are tried cheapest first), so SCIP searches for
+    feasibility: no objective, no cutting planes (on these models they cost far more per node
+    than they prune). ``node_limit`` decides how long it looks, so the answer does not depend
+    on the machine's load; ``time_limit`` is only a safety net.
+    """
     t0 = time.monotonic()
     model, v = build_model(problem, limits)
+    model.setObjective(0.0)
+    model.setParam("separating/maxrounds", 0)
+    model.setParam("separating/maxroundsroot", 0)
+    model.setParam("limits/nodes", node_limit)
     model.setParam("limits/time", max(0.05, time_limit))
     model.setParam("limits/solutions", max_solutions)
-    model.setParam("randomization/randomseedshift", seed)
+    model.setParam("randomization/randomseedshift", SCIP_SEED)
     model.optimize()
     pods = list(problem.capacities)
     found = []
@@ -119,7 +136,70 @@ def solve_box(problem: CountProblem, limits: tuple[int, int], *, time_limit: flo
         touching = {p: max(max((u.get(p, 0) for u in units), default=0),
                            round(model.getSolVal(sol, v["c"][p]))) for p in pods}
         found.append(CountSolution(units, {p: t for p, t in touching.items() if t > 0}))
-    return BoxResult(found, str(model.getStatus()), time.monotonic() - t0)
+    return BoxResult(found, str(model.getStatus()), time.monotonic() - t0, model.getNNodes())
+
+
+def layout_from_row_sets(capacities: dict[str, int], columns: int,
+                         row_sets: Sequence[set[str]], spread_pp: int, *,
+                         node_limit: int = 1000, max_types: int = 2000) -> list[list[str]] | None:
+    """A layout in which stage j uses only the minipods of ``row_sets[j]`` and no pipeline more
+    than ``spread_pp`` minipods, or ``None`` when SCIP finds none within ``node_limit``.
+
+    With the stages' minipods fixed, a pipeline is described by the set T of minipods it may
+    use: any ``spread_pp`` of the stages' minipods that meets every stage's set. Pipelines of
+    one type are interchangeable, so the model counts them (w[T]) and how many of them put
+    stage j in minipod p (x[j,p,T]); every integer solution is a placement.
+    """
+    from pyscipopt import Model, quicksum
+
+    order = list(capacities)
+    used = sorted(set().union(*row_sets), key=order.index)
+    size = min(spread_pp, len(used))
+    types = []
+    for combo in itertools.combinations(used, size):
+        if all(row & set(combo) for row in row_sets):
+            types.append(combo)
+            if len(types) > max_types:
+                return None
+    if not types:
+        return None
+    stages = range(len(row_sets))
+    m = Model("arnold-pipeline-types")
+    m.hideOutput()
+    w = {t: m.addVar(f"w{t}", vtype="I", lb=0, ub=columns) for t in types}
+    x = {(j, p, t): m.addVar(f"x[{j},{p},{t}]", vtype="I", lb=0)
+         for j in stages for t in types for p in t if p in row_sets[j]}
+    m.addCons(quicksum(w.values()) == columns, name="EveryPipeline")
+    for j in stages:
+        for t in types:
+            m.addCons(quicksum(x[j, p, t] for p in t if p in row_sets[j]) == w[t],
+                      name=f"StagePlaced({j},{t})")
+    by_pod: dict[str, list[Any]] = {p: [] for p in used}
+    for (_, p, _), var in x.items():
+        by_pod[p].append(var)
+    for p in used:
+        m.addCons(quicksum(by_pod[p]) <= capacities[p], name=f"Capacity({p})")
+    m.setParam("limits/nodes", node_limit)
+    m.setParam("limits/solutions", 1)
+    m.setParam("randomization/randomseedshift", SCIP_SEED)
+    m.optimize()
+    if m.getNSols() == 0:
+        return None
+    sol = m.getBestSol()
+    layout = [[""] * columns for _ in stages]
+    first = 0
+    for t in types:
+        count = round(m.getSolVal(sol, w[t]))
+        for j in stages:
+            col = first
+            for p in t:
+                if p not in row_sets[j]:
+                    continue
+                for _ in range(round(m.getSolVal(sol, x[j, p, t]))):
+                    layout[j][col] = p
+                    col += 1
+        first += count
+    return layout
 
 
 def build_exact_model(problem: CountProblem,
@@ -153,10 +233,12 @@ def build_exact_model(problem: CountProblem,
     return m, {"x": x, "r": r, "z": z}
 
 
-def solve_box_exact(problem: CountProblem, limits: tuple[int, int], *,
+def solve_box_exact(problem: CountProblem, limits: tuple[int, int], *, node_limit: int,
                     time_limit: float) -> tuple[str, list[list[str]] | None]:
     """Status and, when found, a layout with spreads within ``limits`` (the exact model)."""
     model, v = build_exact_model(problem, limits)
+    model.setParam("limits/nodes", node_limit)
+    model.setParam("randomization/randomseedshift", SCIP_SEED)
     model.setParam("limits/time", max(0.05, time_limit))
     model.setParam("limits/solutions", 1)
     model.optimize()

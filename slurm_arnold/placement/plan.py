@@ -58,10 +58,17 @@ class Placement:
         return [n for _, nodes in sorted(self.cells.items()) for n in nodes]
 
     def as_json(self) -> dict[str, Any]:
-        """The ``arnold place --json`` object."""
+        """The ``arnold place --json`` object. For the MIP also the proof: ``dual_bound`` (no
+        placement has a smaller weighted spread), ``status`` (optimal or gap), ``proved_by``
+        (how many spread boxes below the answer each argument ruled out), ``open_box`` (the
+        cheapest box nothing decided, where the bound comes from; null when optimal) and
+        ``stopped`` (proven, node limit, stalled or time limit). Null for the baselines."""
+        info = self.info
         return {"algo": self.algo, "assignment": self.assignment(),
                 "metrics": self.metrics.as_dict(), "solve_seconds": round(self.solve_seconds, 4),
-                "gap": self.gap}
+                "gap": self.gap, "dual_bound": self.dual_bound, "status": info.get("status"),
+                "proved_by": info.get("proved_by"), "open_box": info.get("open_box"),
+                "stopped": info.get("stopped")}
 
 
 def measure(cells: Mapping[Cell, Sequence[str]], job: JobShape, topology: Topology,
