@@ -189,3 +189,29 @@ def test_place_json_reports_the_proof(tmp_path, fragmented):
         assert doc["open_box"] is None and doc["gap"] == 0
     else:
         assert doc["open_box"]["cost"] == pytest.approx(doc["dual_bound"])
+
+
+def _naive_product_bound(caps, rows, cols, a, b):
+    """The integral product relaxation by plain dynamic programming over every (rho, gamma)."""
+    top = list(caps)[: min(len(caps), rows * a, cols * b)]
+    best = {(0, 0): 0}
+    for cap in top:
+        new = dict(best)
+        for (r0, g0), value in best.items():
+            for r in range(1, rows + 1):
+                for g in range(1, cols + 1):
+                    if r0 + r <= rows * a and g0 + g <= cols * b:
+                        key = (r0 + r, g0 + g)
+                        new[key] = max(new.get(key, 0), value + min(cap, r * g))
+        best = new
+    return max(best.values())
+
+
+def test_fast_product_bound_equals_the_plain_recursion():
+    rng = random.Random(17)
+    for _ in range(60):
+        pods, rows, cols = rng.randint(1, 5), rng.randint(1, 4), rng.randint(1, 7)
+        caps = sorted((rng.randint(1, 25) for _ in range(pods)), reverse=True)
+        a, b = rng.randint(1, pods), rng.randint(1, pods)
+        assert product_exact_bound(caps, rows, cols, a, b) == \
+            _naive_product_bound(caps, rows, cols, a, b), (caps, rows, cols, a, b)

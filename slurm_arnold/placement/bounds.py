@@ -26,7 +26,7 @@ fragmented cases sit.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 #: Names of the arguments that can rule a spread box out, as reported in ``--json``.
 LAGRANGIAN = "product bound (Lagrangian)"
@@ -67,25 +67,56 @@ def product_exact_bound(caps: Sequence[int], rows: int, cols: int, a: int, b: in
     rho_p rows and gamma_p pipelines (both integers), holds min(cap_p, rho_p * gamma_p).
 
     Exact for that relaxation (a 2-D knapsack over the minipods), so never weaker than
-    ``product_upper_bound``.
+    ``product_upper_bound``. ``best[r, g]`` is the most units with exactly r rows and g
+    pipelines spent; a minipod given r rows is worth r * g up to its capacity, which it
+    reaches at g* = ceil(cap / r) pipelines (more never help). The linear part is a sliding
+    window maximum of best[., y] - r * y, taken by doubling, so each (minipod, r) costs
+    O(log g*) array operations rather than g*.
     """
     import numpy as np
 
     top = list(caps)[: min(len(caps), rows * a, cols * b)]
     row_budget, col_budget = rows * a, cols * b
-    unset = -1
-    best = np.full((row_budget + 1, col_budget + 1), unset, dtype=np.int64)
-    best[0, 0] = 0
+    best = np.full((row_budget + 1, col_budget + 1), -np.inf)
+    best[0, 0] = 0.0
+    spend = np.arange(col_budget + 1, dtype=float)
     for cap in top:
         new = best.copy()
         for r in range(1, min(rows, row_budget) + 1):
-            # More pipelines than ceil(cap / r) add nothing to this minipod.
-            for g in range(1, min(cols, -(-cap // r), col_budget) + 1):
-                source = best[: row_budget + 1 - r, : col_budget + 1 - g]
-                candidate = np.where(source > unset, source + min(cap, r * g), unset)
-                np.maximum(new[r:, g:], candidate, out=new[r:, g:])
+            full = min(-(-cap // r), cols, col_budget)  # g*, or as many as there are
+            source = best[: row_budget + 1 - r]
+            target = new[r:]
+            # g = full: the minipod holds min(cap, r * full).
+            np.maximum(target[:, full:], source[:, : col_budget + 1 - full]
+                       + min(cap, r * full), out=target[:, full:])
+            width = full - 1  # g in 1..full-1 earn r * g
+            if width <= 0:
+                continue
+            h = source - r * spend  # best[., y] - r * y
+            window = _window_max(h, width)  # max of h[., y - width + 1 .. y]
+            # For column total G: max over g in 1..width of h[., G - g] + r * G.
+            shifted = np.full_like(window, -np.inf)
+            shifted[:, 1:] = window[:, :-1]
+            np.maximum(target, shifted + r * spend, out=target)
         best = new
     return int(best.max())
+
+
+def _window_max(values: Any, width: int) -> Any:
+    """out[., y] = max(values[., max(0, y - width + 1) .. y]) along the last axis."""
+    import numpy as np
+
+    span, out = 1, values.copy()
+    while span * 2 <= width:
+        step = out.copy()
+        step[:, span:] = np.maximum(out[:, span:], out[:, :-span])
+        out, span = step, span * 2
+    if span < width:  # two overlapping windows of length span cover width
+        rest = width - span
+        final = out.copy()
+        final[:, rest:] = np.maximum(out[:, rest:], out[:, :-rest])
+        out = final
+    return out
 
 
 class SpreadBox(NamedTuple):
