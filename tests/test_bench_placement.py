@@ -23,6 +23,14 @@ def test_quick_benchmark_runs_and_never_loses(tmp_path: Path) -> None:
     for case in doc["cases"]:
         best = min(v for k, v in case["spreads"].items() if k not in ("mip", "pp-aligned"))
         assert case["ratio"] == round(best / case["spreads"]["mip"], 4)
+    for case in doc["cases"]:
+        assert set(case["budgets"]) == {"0.5", "default"}
+        assert case["status"] in ("optimal", "gap")
+        assert case["budgets"]["default"]["spread"] == case["spreads"]["mip"]
+    for scale in summary["per_scale"].values():
+        assert scale["wall_p95_s"] > 0  # a fresh `arnold place` process really ran
+        assert scale["proven_or_gap_1pct"] <= scale["cases"]
+    assert 0 <= summary["proven_share"] <= 1
     assert not docs.exists()  # --quick leaves the docs alone
 
 
