@@ -74,7 +74,7 @@ class Binder:
     """One pass over the waiting jobs (see the module docstring)."""
 
     def __init__(self, config: SiteConfig, state: StateDB, slurm: Slurm,
-                 time_limit: float = 5.0) -> None:
+                 time_limit: float | None = None) -> None:
         self.config = config
         self.state = state
         self.slurm = slurm

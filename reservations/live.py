@@ -270,7 +270,7 @@ class Plan:
 
 def plan_nodes(snap: Snapshot, predictor: LivePredictor, shape: JobShape, *,
                horizon_s: float, own: str | None = None, spread_weight_h: float = 1.0,
-               alpha: float = 0.5, time_limit: float = 5.0) -> ReservationChoice | None:
+               alpha: float = 0.5, time_limit: float | None = None) -> ReservationChoice | None:
     """The policy's nodes for an LPJ of ``shape``; ``None`` when it is not imminent.
 
     First among nodes in no other reservation and not asked for by name (``-w``) by a pending
@@ -364,7 +364,7 @@ class Reserver:
             shape = lpj_shape(len(job.required_nodes), snap.gpus_per_node)
             # The best layout on exactly those nodes (what arnold-sbatch found for them).
             spread = place(snap.view.topology, job.required_nodes, shape, algo="mip",
-                           alpha=0.5, time_limit=2.0).metrics
+                           alpha=0.5).metrics
             return Plan(job, job.required_nodes, start, spread.weighted_spread,
                         "requested nodes", None, start - snap.now <= horizon, predictor.name)
         shape = lpj_shape(nodes_needed, snap.gpus_per_node)

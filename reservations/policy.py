@@ -64,7 +64,7 @@ def expected_end(start: float, predicted: float, limit: float, now: float) -> fl
 
 def choose_reservation(topology: Topology, names: Sequence[str], drain: np.ndarray,
                        eligible: np.ndarray, now: float, shape: JobShape, *,
-                       algo: str = "mip", alpha: float = 0.5, time_limit: float = 1.0,
+                       algo: str = "mip", alpha: float = 0.5, time_limit: float | None = None,
                        spread_weight_h: float = 1.0,
                        horizon_s: float = math.inf,
                        placer: Callable[[Sequence[str], JobShape], Placement] | None = None,

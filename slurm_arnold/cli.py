@@ -31,7 +31,13 @@ from slurm_arnold.errors import ArnoldError
 from slurm_arnold.options import Finite, json_option, minipod_level_option, topology_option
 from slurm_arnold.placement import JobShape, Placement, place
 from slurm_arnold.placement.align import alpha_from_model, auto_alpha, parse_bytes
-from slurm_arnold.placement.engine import ALGOS, OFFLINE_ALGOS, check_alpha, place_from_node_list
+from slurm_arnold.placement.engine import (
+    ALGOS,
+    DEFAULT_TIME_LIMIT,
+    OFFLINE_ALGOS,
+    check_alpha,
+    place_from_node_list,
+)
 from slurm_arnold.sim import PREDICTORS
 from slurm_arnold.slurm import Slurm
 from slurm_arnold.topology import Topology, read_topology_file
@@ -209,8 +215,10 @@ def topology_show(topology_file: str | None, gpus_per_node: int, partition: str 
               help="Sequences per micro-batch (with --model for --align auto).")
 @click.option("--algo", type=click.Choice(ALGOS), default="mip", show_default=True,
               help="Placement algorithm; `slurm` asks the live slurmctld (sbatch --test-only).")
-@click.option("--time-limit", type=Finite(min=0.1), default=10.0, show_default=True,
-              help="Solver time limit in seconds.")
+@click.option("--time-limit", type=Finite(min=0.1), default=DEFAULT_TIME_LIMIT,
+              show_default=True,
+              help="Wall-clock safety net in seconds (node limits decide when the MIP stops, "
+                   "so the answer does not depend on the machine's load unless this binds).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed (random-fit).")
 @click.option("--partition", help="Partition whose nodes are free (live; default: Slurm's).")
 @click.option("--explain", "explain_to", is_flag=False, flag_value="", default=None,

@@ -172,7 +172,7 @@ def plan_queued(config: SiteConfig, slurm: Slurm, short: NotFreeNow) -> Placemen
     predictor = LivePredictor(config, None, list(snap.jobs.values()))
     choice = plan_nodes(snap, predictor, short.job,
                         horizon_s=math.inf, alpha=short.alpha,
-                        spread_weight_h=config.reservation.spread_weight_h, time_limit=10.0)
+                        spread_weight_h=config.reservation.spread_weight_h)
     assert choice is not None  # an infinite horizon always leaves a pool
     wait_min = max(0.0, choice.expected_start - snap.now) / 60
     log.info("%d nodes are not free now; queued for %s, expected to drain in %.0f min "
@@ -325,7 +325,7 @@ def plan(request: Request, view: ClusterView, free: set[str], slurm: Slurm,
     if algo == "slurm":
         chosen = slurm_choice(slurm, view, job.nodes)
         return job, place_from_node_list("slurm", chosen, view.topology, job, alpha), algo
-    return job, place(view.topology, free, job, algo=algo, alpha=alpha, time_limit=10.0), algo
+    return job, place(view.topology, free, job, algo=algo, alpha=alpha), algo
 
 
 def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
