@@ -53,7 +53,7 @@ class SuiteSpec:
 
 FULL = SuiteSpec(
     scales=("1k", "384", "12k", "100k"),
-    clusters={"1k": 2, "384": 3, "12k": 3, "100k": 1},
+    clusters={"1k": 1, "384": 2, "12k": 2, "100k": 1},
     occupancies=(0.5, 0.65, 0.8),
     shares=(0.25, 0.6, 0.9),
     pps=(4, 8, 16),

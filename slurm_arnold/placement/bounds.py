@@ -28,6 +28,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+#: Most array cells the integral bound may sweep for one box (about a third of a second): past
+#: it (thousands of pipelines over many minipods) the box is left to SCIP.
+INTEGRAL_WORK = 150_000_000
+
 #: Names of the arguments that can rule a spread box out, as reported in ``--json``.
 LAGRANGIAN = "product bound (Lagrangian)"
 EXACT_PRODUCT = "product bound (integral)"
@@ -60,6 +64,14 @@ def product_upper_bound(caps: Sequence[int], rows: int, cols: int, a: int, b: in
             dp = new
         best = min(best, lam * b * cols + float(dp.max()))
     return best
+
+
+def integral_work(caps: Sequence[int], rows: int, cols: int, a: int, b: int) -> int:
+    """Array cells ``product_exact_bound`` sweeps for this box (for its work limit)."""
+    top = list(caps)[: min(len(caps), rows * a, cols * b)]
+    per_row = sum(max(1, min(cols, -(-cap // r)).bit_length()) + 3
+                  for cap in top for r in range(1, rows + 1))
+    return per_row * (rows * a + 1) * (cols * b + 1)
 
 
 def product_exact_bound(caps: Sequence[int], rows: int, cols: int, a: int, b: int) -> int:
@@ -133,32 +145,46 @@ class SpreadBox(NamedTuple):
         return self.ruled_out_by is None
 
 
-def spread_pairs(caps: Sequence[int], rows: int, cols: int, alpha: float,
-                 below: float) -> list[SpreadBox]:
-    """Every box (a, b) with cost < ``below``, cheapest first, each with the bound that rules
-    it out (``None`` where none does)."""
-    n = len(caps)
-    need = rows * cols
+def box_costs(minipods: int, alpha: float, below: float) -> list[tuple[float, int, int]]:
+    """Every (cost, a, b) with a, b in 1..``minipods`` and cost < ``below``, cheapest first."""
     out = []
-    excluded: list[tuple[int, int, str]] = []
-    for a in range(1, n + 1):
-        for b in range(1, n + 1):
+    for a in range(1, minipods + 1):
+        for b in range(1, minipods + 1):
             cost = round(alpha * a + (1 - alpha) * b, 9)
-            if cost >= below - 1e-9:
-                continue
-            out.append((cost, a, b))
+            if cost < below - 1e-9:
+                out.append((cost, a, b))
     out.sort()
-    result = []
-    for cost, a, b in out:
-        # Fewer minipods per group is never easier: a proven-impossible (a', b') with a <= a'
-        # and b <= b' makes (a, b) impossible too.
-        by = next((why for ea, eb, why in excluded if a <= ea and b <= eb), None)
+    return out
+
+
+class BoxJudge:
+    """Rules spread boxes out on demand, remembering what it proved: a box proven empty
+    makes every box inside it (fewer minipods per group is never easier) empty too."""
+
+    def __init__(self, caps: Sequence[int], rows: int, cols: int) -> None:
+        self.caps, self.rows, self.cols = list(caps), rows, cols
+        self.excluded: list[tuple[int, int, str]] = []
+
+    def ruled_out_by(self, a: int, b: int, *, integral: bool = True) -> str | None:
+        """The bound that proves no placement has spreads within (a, b), or ``None``."""
+        by = next((why for ea, eb, why in self.excluded if a <= ea and b <= eb), None)
         if by is None:
-            if product_upper_bound(caps, rows, cols, a, b) < need - 1e-6:
+            need = self.rows * self.cols
+            if product_upper_bound(self.caps, self.rows, self.cols, a, b) < need - 1e-6:
                 by = LAGRANGIAN
-            elif product_exact_bound(caps, rows, cols, a, b) < need:
+            elif integral and integral_work(self.caps, self.rows, self.cols, a,
+                                            b) <= INTEGRAL_WORK and \
+                    product_exact_bound(self.caps, self.rows, self.cols, a, b) < need:
                 by = EXACT_PRODUCT
             if by is not None:
-                excluded.append((a, b, by))
-        result.append(SpreadBox(cost, a, b, by))
-    return result
+                self.excluded.append((a, b, by))
+        return by
+
+
+def spread_pairs(caps: Sequence[int], rows: int, cols: int, alpha: float,
+                 below: float, *, integral: bool = True) -> list[SpreadBox]:
+    """Every box (a, b) with cost < ``below``, cheapest first, each with the bound that rules
+    it out (``None`` where none does); ``integral=False`` tries the Lagrangian bound only."""
+    judge = BoxJudge(caps, rows, cols)
+    return [SpreadBox(cost, a, b, judge.ruled_out_by(a, b, integral=integral))
+            for cost, a, b in box_costs(len(caps), alpha, below)]

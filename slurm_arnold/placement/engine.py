@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from slurm_arnold.errors import InfeasibleError
 from slurm_arnold.placement.bands import band_layout
 from slurm_arnold.placement.baselines import BASELINES, aligned_cells, baseline_cells
-from slurm_arnold.placement.bounds import SpreadBox, spread_pairs
+from slurm_arnold.placement.bounds import BoxJudge, SpreadBox, box_costs
 from slurm_arnold.placement.job import JobShape
 from slurm_arnold.placement.mip import (
     CountProblem,
@@ -103,11 +103,14 @@ def _lower_bounds(caps: list[int], job: JobShape) -> tuple[int, int]:
 #: they take longer. On `arnold bench placement` no case at default settings came near it
 #: (wall p95 and max per scale in docs/benchmarks.md).
 DEFAULT_TIME_LIMIT = 10.0
-#: SCIP nodes for one spread box, and for realising one box's counts. Node counts, not
-#: seconds, decide when SCIP gives up, so a busy machine gets the same answer as an idle one.
-#: Chosen by ``arnold bench placement --budgets`` (see docs/benchmarks.md): past these, more
-#: nodes closed no further box on any case of the suite.
-BOX_NODES = 1000
+#: SCIP's work on one spread box: branch-and-bound nodes times the square of the count
+#: model's variables (a node of a bigger model costs more, and more than linearly): 1,000
+#: nodes at 250 variables, 50 at 1,100, never fewer than BOX_MIN_NODES. Work, not seconds,
+#: decides when SCIP gives up, so a busy machine gets the same answer as an idle one.
+#: Chosen on `arnold bench placement` (docs/placement.md).
+BOX_WORK = 62_500_000
+BOX_MIN_NODES = 50
+#: SCIP nodes for realising one box's counts, and for the per-cell model of small jobs.
 REALISE_NODES = 1000
 CELL_NODES = 200
 #: Stop after this many boxes in a row that SCIP could neither rule out nor fill: each later
@@ -157,18 +160,21 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
     best_name = best_name.split("/")[0]
 
     # Walk the possible spreads (a, b) from the cheapest: the product bounds rule most of
-    # them out at once; SCIP decides the rest, each within a node budget. The first box that
+    # them out; SCIP decides the rest, each within a node budget. The first box that
     # nothing rules out or fills is the dual bound.
     lb_dp, lb_pp = _lower_bounds(list(caps.values()), job)
-    pairs = [pr for pr in spread_pairs(list(caps.values()), job.pp, job.columns, alpha,
-                                       best.weighted_spread)
-             if lb_dp <= pr.a <= cap_dp and lb_pp <= pr.b <= cap_pp]
-    phases["bound"] = time.monotonic() - t0 - sum(phases.values())
-    # Bands first: the cheapest (a, b) the product bound allows that a band layout reaches.
-    for box in pairs:
-        if not box.possible or box.cost >= best.weighted_spread - 1e-9:
+    judge = BoxJudge(list(caps.values()), job.pp, job.columns)
+    pairs = [(cost, a, b) for cost, a, b in box_costs(len(caps), alpha, best.weighted_spread)
+             if lb_dp <= a <= cap_dp and lb_pp <= b <= cap_pp]
+    # Bands first: the cheapest (a, b) the (Lagrangian) bound allows that a band layout
+    # reaches. Boxes are judged only when reached, so a good band layout saves judging the
+    # many boxes above it.
+    for cost, a, b in pairs:
+        if cost >= best.weighted_spread - 1e-9 or time.monotonic() - t0 > time_limit:
+            break
+        if judge.ruled_out_by(a, b, integral=False) is not None:
             continue
-        layout = band_layout(caps, job.pp, job.columns, box.a, box.b)
+        layout = band_layout(caps, job.pp, job.columns, a, b)
         if layout is not None:
             cells = cells_from_layout(layout, pool, job, alpha)
             metrics = measure(cells, job, topology, alpha)
@@ -184,19 +190,20 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
     open_box: dict[str, float] | None = None
     open_in_a_row = 0
     stopped = "proven"
-    for box in pairs:
-        if box.cost >= best.weighted_spread - 1e-9:
+    for cost, a, b in pairs:
+        if cost >= best.weighted_spread - 1e-9:
             break
-        if not box.possible:
-            proofs[str(box.ruled_out_by)] = proofs.get(str(box.ruled_out_by), 0) + 1
-            continue
         left = time_limit - (time.monotonic() - t0)
         if left <= 0.05 or open_in_a_row >= STALL_BOXES:
-            if box.cost < dual:
-                dual, open_box = box.cost, {"dp_spread": box.a, "pp_spread": box.b,
-                                            "cost": box.cost}
+            if cost < dual:
+                dual, open_box = cost, {"dp_spread": a, "pp_spread": b, "cost": cost}
             stopped = "time limit" if left <= 0.05 else "stalled"
             break
+        why = judge.ruled_out_by(a, b)
+        if why is not None:
+            proofs[why] = proofs.get(why, 0) + 1
+            continue
+        box = SpreadBox(cost, a, b, None)
         found, outcome, record = _solve_box(box, caps, pool, job, alpha, left)
         boxes.append(record)
         if outcome == "infeasible":
@@ -226,7 +233,7 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
             "proved_by": proofs, "stopped": "proven" if status == "optimal" else stopped,
             "open_box": open_box if status == "gap" else None,
             "phase_seconds": {k: round(v, 4) for k, v in phases.items()},
-            "pairs_ruled_out_by_bound": sum(1 for pr in pairs if not pr.possible)}
+            "boxes_ruled_out": len(judge.excluded)}
     return Placement("mip", job, alpha, best_cells, best, time.monotonic() - t0,
                      round(max(gap, 0.0), 6), dual, info)
 
@@ -244,7 +251,9 @@ def _solve_box(box: SpreadBox, caps: dict[str, int], pool: Pool, job: JobShape, 
     a, b = box.a, box.b
     limit = min(len(caps), job.pp * a, job.columns * b)
     problem = CountProblem(dict(list(caps.items())[:limit]), job.pp, job.columns, alpha)
-    result = solve_box(problem, (a, b), node_limit=BOX_NODES, time_limit=seconds_left,
+    variables = 2 * job.pp * limit + limit + 2  # n, r, c, S_dp, S_pp
+    result = solve_box(problem, (a, b), node_limit=max(BOX_MIN_NODES, BOX_WORK // variables**2),
+                       time_limit=seconds_left,
                        max_solutions=3)
     record: dict[str, object] = {"a": a, "b": b, "cost": box.cost, "status": result.status,
                                  "nodes": result.nodes, "seconds": round(result.seconds, 3)}
@@ -258,7 +267,8 @@ def _solve_box(box: SpreadBox, caps: dict[str, int], pool: Pool, job: JobShape, 
             # The counts' stages and minipods, with pipelines chosen by type (exact).
             layout = layout_from_row_sets(problem.capacities, job.columns,
                                           [set(u) for u in sol.units], b,
-                                          node_limit=REALISE_NODES)
+                                          node_limit=REALISE_NODES,
+                                          time_limit=seconds_left - result.seconds)
         if layout is not None:
             layouts.append(layout)
     if not layouts and result.solutions and job.units * limit <= EXACT_MAX_BINARIES:

@@ -141,14 +141,16 @@ def solve_box(problem: CountProblem, limits: tuple[int, int], *, node_limit: int
 
 def layout_from_row_sets(capacities: dict[str, int], columns: int,
                          row_sets: Sequence[set[str]], spread_pp: int, *,
-                         node_limit: int = 1000, max_types: int = 2000) -> list[list[str]] | None:
+                         node_limit: int = 1000, time_limit: float = 10.0,
+                         max_cells: int = 20_000) -> list[list[str]] | None:
     """A layout in which stage j uses only the minipods of ``row_sets[j]`` and no pipeline more
     than ``spread_pp`` minipods, or ``None`` when SCIP finds none within ``node_limit``.
 
     With the stages' minipods fixed, a pipeline is described by the set T of minipods it may
     use: any ``spread_pp`` of the stages' minipods that meets every stage's set. Pipelines of
     one type are interchangeable, so the model counts them (w[T]) and how many of them put
-    stage j in minipod p (x[j,p,T]); every integer solution is a placement.
+    stage j in minipod p (x[j,p,T]); every integer solution is a placement. ``None`` too when
+    the model would have more than ``max_cells`` x variables (too big to build quickly).
     """
     from pyscipopt import Model, quicksum
 
@@ -156,10 +158,12 @@ def layout_from_row_sets(capacities: dict[str, int], columns: int,
     used = sorted(set().union(*row_sets), key=order.index)
     size = min(spread_pp, len(used))
     types = []
+    cells = 0
     for combo in itertools.combinations(used, size):
         if all(row & set(combo) for row in row_sets):
             types.append(combo)
-            if len(types) > max_types:
+            cells += sum(len(row.intersection(combo)) for row in row_sets)
+            if cells > max_cells:
                 return None
     if not types:
         return None
@@ -180,6 +184,7 @@ def layout_from_row_sets(capacities: dict[str, int], columns: int,
     for p in used:
         m.addCons(quicksum(by_pod[p]) <= capacities[p], name=f"Capacity({p})")
     m.setParam("limits/nodes", node_limit)
+    m.setParam("limits/time", max(0.05, time_limit))
     m.setParam("limits/solutions", 1)
     m.setParam("randomization/randomseedshift", SCIP_SEED)
     m.optimize()
