@@ -244,7 +244,7 @@ def markdown(result: dict[str, Any], command: str) -> str:
                          f"{b['spread_vs_best_max']} | {b['best_reached']}/{v['cases']} | "
                          f"{b['proven']}/{v['cases']} | {b['p95_s']} |")
             first = False
-    lines += ["", "Spread boxes below the answer ruled out, by argument:", ""]
+    lines += ["", _targets(s), "", "Spread boxes below the answer ruled out, by argument:", ""]
     for scale, v in s["per_scale"].items():
         proofs = ", ".join(f"{k} {n}" for k, n in sorted(v["boxes_ruled_out_by"].items()))
         lines.append(f"- {scale}: {proofs or 'none needed'}")
@@ -268,6 +268,26 @@ def markdown(result: dict[str, Any], command: str) -> str:
             f"{c['seconds']} | {c['gap']} | {c['stopped']} |")
     lines += ["", "</details>", ""]
     return "\n".join(lines)
+
+
+#: The placement issue's targets: wall p95 at default settings per scale, and the proof rate.
+WALL_TARGETS = {"12k": 2.0, "100k": 10.0}
+PROVEN_TARGET = 0.9
+
+
+def _targets(s: dict[str, Any]) -> str:
+    """One line: each target, the measured value, and whether it is met."""
+    parts = []
+    for scale, limit in WALL_TARGETS.items():
+        if scale in s["per_scale"]:
+            v = s["per_scale"][scale]
+            got = v["wall_p95_s"]
+            parts.append(f"wall p95 at {v['nodes_total']:,} nodes <= {limit:g} s: {got} s "
+                         f"({'met' if got <= limit else 'missed'})")
+    share = s["proven_share"]
+    parts.append(f"proven within 1% on >= {PROVEN_TARGET:.0%} of cases: {share:.1%} "
+                 f"({'met' if share >= PROVEN_TARGET else 'missed'})")
+    return "Targets: " + "; ".join(parts) + "."
 
 
 def write_section(path: Path, name: str, text: str) -> None:
