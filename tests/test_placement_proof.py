@@ -10,7 +10,9 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from collections.abc import Iterator
 from functools import cache
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -25,10 +27,11 @@ from slurm_arnold.placement.bounds import (
     spread_pairs,
 )
 from slurm_arnold.placement.mip import layout_from_row_sets
-from slurm_arnold.topology import parse_topology
+from slurm_arnold.topology import Topology, parse_topology
 
 
-def _layouts(caps: tuple[int, ...], rows: int, cols: int):
+def _layouts(caps: tuple[int, ...], rows: int,
+             cols: int) -> Iterator[tuple[tuple[int, ...], ...]]:
     """Every layout (row by row, pods by index) that respects the capacities; rows are
     interchangeable, so they are enumerated in non-decreasing order."""
     options = list(itertools.product(range(len(caps)), repeat=cols))
@@ -44,7 +47,7 @@ def _layouts(caps: tuple[int, ...], rows: int, cols: int):
 @cache
 def _spreads(caps: tuple[int, ...], rows: int, cols: int) -> frozenset[tuple[int, int]]:
     """The (max DP spread, max PP spread) pairs some layout reaches."""
-    out = set()
+    out: set[tuple[int, int]] = set()
     for layout in _layouts(caps, rows, cols):
         dp = max(len(set(row)) for row in layout)
         pp = max(len({row[i] for row in layout}) for i in range(cols))
@@ -60,7 +63,8 @@ def _optimum(caps: tuple[int, ...], rows: int, cols: int, alpha: float) -> float
     return min(round(alpha * dp + (1 - alpha) * pp, 6) for dp, pp in _spreads(caps, rows, cols))
 
 
-def _instances(count: int, seed: int = 11):
+def _instances(count: int,
+               seed: int = 11) -> Iterator[tuple[tuple[int, ...], int, int, float]]:
     rng = random.Random(seed)
     made = 0
     while made < count:
@@ -73,9 +77,10 @@ def _instances(count: int, seed: int = 11):
         yield caps, rows, cols, rng.choice([0.25, 0.5, 0.75])
 
 
-def _topology(caps: tuple[int, ...]):
+def _topology(caps: tuple[int, ...]) -> Topology:
     """One minipod per capacity, its nodes split over two leaves."""
-    lines, node = [], 0
+    lines: list[str] = []
+    node = 0
     for p, cap in enumerate(caps):
         first_leaf = 2 * p
         halves = (cap - cap // 2, cap // 2)
@@ -89,7 +94,7 @@ def _topology(caps: tuple[int, ...]):
     return parse_topology("\n".join(lines) + "\n", "tiny")
 
 
-def test_every_box_a_bound_rules_out_is_empty():
+def test_every_box_a_bound_rules_out_is_empty() -> None:
     checked = 0
     for caps, rows, cols, alpha in _instances(40):
         for box in spread_pairs(list(caps), rows, cols, alpha, below=99):
@@ -99,8 +104,7 @@ def test_every_box_a_bound_rules_out_is_empty():
     assert checked > 20  # the bounds did rule boxes out, so the check above was exercised
 
 
-def test_integral_product_bound_is_never_weaker_and_never_wrong():
-    integral_only = 0
+def test_integral_product_bound_is_never_weaker_and_never_wrong() -> None:
     for caps, rows, cols, _ in _instances(40, seed=5):
         for a in range(1, len(caps) + 1):
             for b in range(1, len(caps) + 1):
@@ -109,15 +113,15 @@ def test_integral_product_bound_is_never_weaker_and_never_wrong():
                 if _box_feasible(caps, rows, cols, a, b):
                     assert exact >= rows * cols, (caps, rows, cols, a, b)
     # Where it matters: a fragmented case (from the suite) the continuous bound leaves open.
-    caps = [55, 55, 39, 36, 34, 28, 19, 16, 14, 12]
-    assert product_upper_bound(caps, 8, 23, 2, 2) >= 184
-    assert product_exact_bound(caps, 8, 23, 2, 2) < 184
-    integral_only = sum(1 for box in spread_pairs(caps, 8, 23, 0.5, below=2.5)
+    suite = [55, 55, 39, 36, 34, 28, 19, 16, 14, 12]
+    assert product_upper_bound(suite, 8, 23, 2, 2) >= 184
+    assert product_exact_bound(suite, 8, 23, 2, 2) < 184
+    integral_only = sum(1 for box in spread_pairs(suite, 8, 23, 0.5, below=2.5)
                         if box.ruled_out_by == EXACT_PRODUCT)
     assert integral_only >= 1
 
 
-def test_mip_bound_and_answer_against_brute_force():
+def test_mip_bound_and_answer_against_brute_force() -> None:
     proven = 0
     for caps, rows, cols, alpha in _instances(30, seed=3):
         topo = _topology(caps)
@@ -132,7 +136,7 @@ def test_mip_bound_and_answer_against_brute_force():
     assert proven >= 25
 
 
-def test_layout_from_row_sets_respects_stages_pipelines_and_capacity():
+def test_layout_from_row_sets_respects_stages_pipelines_and_capacity() -> None:
     caps = {"a": 5, "b": 4, "c": 3}
     row_sets = [{"a", "b"}, {"b", "c"}, {"a", "c"}]
     layout = layout_from_row_sets(caps, 4, row_sets, 2)
@@ -151,7 +155,7 @@ def test_layout_from_row_sets_respects_stages_pipelines_and_capacity():
 
 
 @pytest.fixture(scope="module")
-def fragmented():
+def fragmented() -> tuple[Topology, list[str]]:
     """A 384-node cluster of 8 minipods of 6 leaves, fragmented by the bench's job mix."""
     rng = random.Random("seed-independence")
     topo = build_tree(Scale("384", 384 * 8, 8, (6, 6), (8, 8)), rng)
@@ -159,7 +163,8 @@ def fragmented():
 
 
 @pytest.mark.parametrize("pp,alpha", [(4, 0.75), (8, 0.25)])
-def test_answer_does_not_depend_on_seed(fragmented, pp, alpha):
+def test_answer_does_not_depend_on_seed(fragmented: tuple[Topology, list[str]], pp: int,
+                                        alpha: float) -> None:
     topo, free = fragmented
     job = JobShape.from_nodes(len(free) * 3 // 4 // pp * pp, 8, pp, 8)
     answers = [place(topo, free, job, alpha=alpha, seed=s) for s in (0, 7, 12345)]
@@ -167,7 +172,8 @@ def test_answer_does_not_depend_on_seed(fragmented, pp, alpha):
     assert len({a.dual_bound for a in answers}) == 1
 
 
-def test_place_json_reports_the_proof(tmp_path, fragmented):
+def test_place_json_reports_the_proof(tmp_path: Path,
+                                      fragmented: tuple[Topology, list[str]]) -> None:
     topo, free = fragmented
     tree = tmp_path / "topology.conf"
     lines = []
@@ -191,10 +197,10 @@ def test_place_json_reports_the_proof(tmp_path, fragmented):
         assert doc["open_box"]["cost"] == pytest.approx(doc["dual_bound"])
 
 
-def _naive_product_bound(caps, rows, cols, a, b):
+def _naive_product_bound(caps: list[int], rows: int, cols: int, a: int, b: int) -> int:
     """The integral product relaxation by plain dynamic programming over every (rho, gamma)."""
     top = list(caps)[: min(len(caps), rows * a, cols * b)]
-    best = {(0, 0): 0}
+    best: dict[tuple[int, int], int] = {(0, 0): 0}
     for cap in top:
         new = dict(best)
         for (r0, g0), value in best.items():
@@ -207,7 +213,7 @@ def _naive_product_bound(caps, rows, cols, a, b):
     return max(best.values())
 
 
-def test_fast_product_bound_equals_the_plain_recursion():
+def test_fast_product_bound_equals_the_plain_recursion() -> None:
     rng = random.Random(17)
     for _ in range(60):
         pods, rows, cols = rng.randint(1, 5), rng.randint(1, 4), rng.randint(1, 7)
