@@ -111,9 +111,7 @@ def run_suite(spec: SuiteSpec, seed: int = 0, progress: Any = None) -> dict[str,
 def _write_cluster(tmp: Path, name: str, topo: Topology, free: list[str]) -> tuple[Path, Path]:
     """The topology.conf and free-node files ``arnold place`` reads."""
     tree, nodes = tmp / f"{name}.conf", tmp / f"{name}.free"
-    lines = [f"SwitchName={sw} {'Nodes' if s.is_leaf else 'Switches'}={','.join(s.children)}"
-             for sw, s in topo.switches.items()]
-    tree.write_text("\n".join(lines) + "\n")
+    tree.write_text(topo.conf_text())
     nodes.write_text("\n".join(free) + "\n")
     return tree, nodes
 

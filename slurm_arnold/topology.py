@@ -80,6 +80,15 @@ class Topology:
         """Leaf switch names in tree order."""
         return list(dict.fromkeys(self.node_leaf.values()))
 
+    def conf_text(self) -> str:
+        """The tree as ``topology.conf`` (one SwitchName line per switch, names compressed into
+        hostlist ranges); ``parse_topology`` reads it back to the same tree."""
+        lines = []
+        for name, sw in self.switches.items():
+            kind = "Nodes" if sw.is_leaf else "Switches"
+            lines.append(f"SwitchName={name} {kind}={hostlist.collect_hostlist(list(sw.children))}")
+        return "\n".join(lines) + "\n"
+
     def nodes_under(self, switch: str) -> list[str]:
         """Every node below ``switch``, in tree order."""
         sw = self.switches[switch]

@@ -22,9 +22,10 @@ from slurm_arnold.cli import main
 from slurm_arnold.placement import JobShape, place
 from slurm_arnold.placement.bounds import (
     EXACT_PRODUCT,
+    BoxJudge,
+    box_costs,
     product_exact_bound,
     product_upper_bound,
-    spread_pairs,
 )
 from slurm_arnold.placement.mip import layout_from_row_sets
 from slurm_arnold.topology import Topology, parse_topology
@@ -97,9 +98,10 @@ def _topology(caps: tuple[int, ...]) -> Topology:
 def test_every_box_a_bound_rules_out_is_empty() -> None:
     checked = 0
     for caps, rows, cols, alpha in _instances(40):
-        for box in spread_pairs(list(caps), rows, cols, alpha, below=99):
-            if not box.possible:
-                assert not _box_feasible(caps, rows, cols, box.a, box.b), (caps, rows, cols, box)
+        judge = BoxJudge(caps, rows, cols)
+        for _, a, b in box_costs(len(caps), alpha, below=99):
+            if judge.ruled_out_by(a, b) is not None:
+                assert not _box_feasible(caps, rows, cols, a, b), (caps, rows, cols, a, b)
                 checked += 1
     assert checked > 20  # the bounds did rule boxes out, so the check above was exercised
 
@@ -116,8 +118,9 @@ def test_integral_product_bound_is_never_weaker_and_never_wrong() -> None:
     suite = [55, 55, 39, 36, 34, 28, 19, 16, 14, 12]
     assert product_upper_bound(suite, 8, 23, 2, 2) >= 184
     assert product_exact_bound(suite, 8, 23, 2, 2) < 184
-    integral_only = sum(1 for box in spread_pairs(suite, 8, 23, 0.5, below=2.5)
-                        if box.ruled_out_by == EXACT_PRODUCT)
+    judge = BoxJudge(suite, 8, 23)
+    integral_only = sum(1 for _, a, b in box_costs(len(suite), 0.5, below=2.5)
+                        if judge.ruled_out_by(a, b) == EXACT_PRODUCT)
     assert integral_only >= 1
 
 
@@ -172,15 +175,20 @@ def test_answer_does_not_depend_on_seed(fragmented: tuple[Topology, list[str]], 
     assert len({a.dual_bound for a in answers}) == 1
 
 
+def test_topology_conf_text_reads_back(fragmented: tuple[Topology, list[str]]) -> None:
+    topo, _ = fragmented
+    again = parse_topology(topo.conf_text(), "again")
+    assert again.nodes == topo.nodes
+    assert {n: again.minipod_of(n) for n in again.nodes} == \
+        {n: topo.minipod_of(n) for n in topo.nodes}
+    assert {n: again.leaf_of(n) for n in again.nodes} == {n: topo.leaf_of(n) for n in topo.nodes}
+
+
 def test_place_json_reports_the_proof(tmp_path: Path,
                                       fragmented: tuple[Topology, list[str]]) -> None:
     topo, free = fragmented
     tree = tmp_path / "topology.conf"
-    lines = []
-    for name, sw in topo.switches.items():
-        kind = "Nodes" if sw.level == 0 else "Switches"
-        lines.append(f"SwitchName={name} {kind}={','.join(sw.children)}")
-    tree.write_text("\n".join(lines) + "\n")
+    tree.write_text(topo.conf_text())
     (tmp_path / "free").write_text("\n".join(free) + "\n")
     out = CliRunner().invoke(main, ["place", "--topology", str(tree), "--free",
                                     str(tmp_path / "free"), "--tp", "8", "--pp", "4",

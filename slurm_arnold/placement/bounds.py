@@ -26,7 +26,7 @@ fragmented cases sit.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 #: Most array cells the integral bound may sweep for one box (about a third of a second): past
 #: it (thousands of pipelines over many minipods) the box is left to SCIP.
@@ -131,20 +131,6 @@ def _window_max(values: Any, width: int) -> Any:
     return out
 
 
-class SpreadBox(NamedTuple):
-    """A pair of spread limits and what (if anything) proves no placement reaches it."""
-
-    cost: float
-    a: int
-    b: int
-    ruled_out_by: str | None
-
-    @property
-    def possible(self) -> bool:
-        """True unless a bound rules the box out."""
-        return self.ruled_out_by is None
-
-
 def box_costs(minipods: int, alpha: float, below: float) -> list[tuple[float, int, int]]:
     """Every (cost, a, b) with a, b in 1..``minipods`` and cost < ``below``, cheapest first."""
     out = []
@@ -179,12 +165,3 @@ class BoxJudge:
             if by is not None:
                 self.excluded.append((a, b, by))
         return by
-
-
-def spread_pairs(caps: Sequence[int], rows: int, cols: int, alpha: float,
-                 below: float, *, integral: bool = True) -> list[SpreadBox]:
-    """Every box (a, b) with cost < ``below``, cheapest first, each with the bound that rules
-    it out (``None`` where none does); ``integral=False`` tries the Lagrangian bound only."""
-    judge = BoxJudge(caps, rows, cols)
-    return [SpreadBox(cost, a, b, judge.ruled_out_by(a, b, integral=integral))
-            for cost, a, b in box_costs(len(caps), alpha, below)]

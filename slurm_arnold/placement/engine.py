@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from slurm_arnold.errors import InfeasibleError
 from slurm_arnold.placement.bands import band_layout
 from slurm_arnold.placement.baselines import BASELINES, aligned_cells, baseline_cells
-from slurm_arnold.placement.bounds import BoxJudge, SpreadBox, box_costs
+from slurm_arnold.placement.bounds import BoxJudge, box_costs
 from slurm_arnold.placement.job import JobShape
 from slurm_arnold.placement.mip import (
     CountProblem,
@@ -98,23 +98,24 @@ def _lower_bounds(caps: list[int], job: JobShape) -> tuple[int, int]:
     return fewest(job.columns), fewest(job.pp)
 
 
-#: Wall-clock safety net (s) of arnold place, arnold-sbatch and the binding loop. The node
-#: limits below decide when the MIP stops; this only binds on a machine so loaded that
-#: they take longer. On `arnold bench placement` no case at default settings came near it
-#: (wall p95 and max per scale in docs/benchmarks.md).
+#: Wall-clock safety net (s) of arnold place, arnold-sbatch and the binding loop. The work
+#: limits below decide when the MIP stops; this binds only where they take longer: on
+#: `arnold bench placement` the slowest 12,500-node case comes close to it (wall p95 and
+#: max per scale in docs/benchmarks.md), smaller clusters stay far below.
 DEFAULT_TIME_LIMIT = 10.0
 #: SCIP's work on one spread box: branch-and-bound nodes times the square of the count
 #: model's variables (a node of a bigger model costs more, and more than linearly): 1,000
 #: nodes at 250 variables, 50 at 1,100, never fewer than BOX_MIN_NODES. Work, not seconds,
-#: decides when SCIP gives up, so a busy machine gets the same answer as an idle one.
-#: Chosen on `arnold bench placement` (docs/placement.md).
+#: decides when SCIP gives up, so a busy machine gets the same answer as an idle one. Set so
+#: an undecided box costs about a second at 12,500 nodes; `arnold bench placement` reports
+#: the proof rate and wall time this gives.
 BOX_WORK = 62_500_000
 BOX_MIN_NODES = 50
 #: SCIP nodes for realising one box's counts, and for the per-cell model of small jobs.
 REALISE_NODES = 1000
 CELL_NODES = 200
-#: Stop after this many boxes in a row that SCIP could neither rule out nor fill: each later
-#: box only costs more, and on the suite none that came after two open ones ever paid.
+#: Stop after this many boxes in a row that SCIP could neither rule out nor fill: a later box
+#: can still improve the answer (a bigger box is easier to fill) but no longer the bound.
 STALL_BOXES = 2
 #: Seeds of the random-fit warm start (fixed: the user's --seed must not change the answer).
 START_SEEDS = (0, 1, 2)
@@ -203,16 +204,14 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
         if why is not None:
             proofs[why] = proofs.get(why, 0) + 1
             continue
-        box = SpreadBox(cost, a, b, None)
-        found, outcome, record = _solve_box(box, caps, pool, job, alpha, left)
+        found, outcome, record = _solve_box((cost, a, b), caps, pool, job, alpha, left)
         boxes.append(record)
         if outcome == "infeasible":
             why = str(record["proved_by"])
             proofs[why] = proofs.get(why, 0) + 1
             continue
-        if box.cost < dual:
-            dual, open_box = box.cost, {"dp_spread": box.a, "pp_spread": box.b,
-                                        "cost": box.cost}
+        if cost < dual:
+            dual, open_box = cost, {"dp_spread": a, "pp_spread": b, "cost": cost}
         better = [(c, m) for c, m in ((cells, measure(cells, job, topology, alpha))
                                       for cells in found)
                   if m.weighted_spread < best.weighted_spread - 1e-9 and within(m)]
@@ -243,19 +242,20 @@ COUNT_MODEL = "count model (SCIP)"
 CELL_MODEL = "cell model (SCIP)"
 
 
-def _solve_box(box: SpreadBox, caps: dict[str, int], pool: Pool, job: JobShape, alpha: float,
-               seconds_left: float) -> tuple[list[dict[Cell, list[str]]], str,
-                                              dict[str, object]]:
-    """Cells of the placements SCIP finds within box (a, b) (first the count model's, then
+def _solve_box(box: tuple[float, int, int], caps: dict[str, int], pool: Pool, job: JobShape,
+               alpha: float, seconds_left: float) -> tuple[list[dict[Cell, list[str]]], str,
+                                                           dict[str, object]]:
+    """Cells of the placements SCIP finds within box (cost, a, b) (the count model's counts,
     realised), the outcome (``infeasible``, ``found`` or ``open``) and a record for --json."""
-    a, b = box.a, box.b
+    t0 = time.monotonic()
+    cost, a, b = box
     limit = min(len(caps), job.pp * a, job.columns * b)
     problem = CountProblem(dict(list(caps.items())[:limit]), job.pp, job.columns, alpha)
     variables = 2 * job.pp * limit + limit + 2  # n, r, c, S_dp, S_pp
     result = solve_box(problem, (a, b), node_limit=max(BOX_MIN_NODES, BOX_WORK // variables**2),
                        time_limit=seconds_left,
                        max_solutions=3)
-    record: dict[str, object] = {"a": a, "b": b, "cost": box.cost, "status": result.status,
+    record: dict[str, object] = {"a": a, "b": b, "cost": cost, "status": result.status,
                                  "nodes": result.nodes, "seconds": round(result.seconds, 3)}
     if result.status == "infeasible":
         record["proved_by"] = COUNT_MODEL
@@ -268,13 +268,13 @@ def _solve_box(box: SpreadBox, caps: dict[str, int], pool: Pool, job: JobShape, 
             layout = layout_from_row_sets(problem.capacities, job.columns,
                                           [set(u) for u in sol.units], b,
                                           node_limit=REALISE_NODES,
-                                          time_limit=seconds_left - result.seconds)
+                                          time_limit=seconds_left - (time.monotonic() - t0))
         if layout is not None:
             layouts.append(layout)
     if not layouts and result.solutions and job.units * limit <= EXACT_MAX_BINARIES:
         # Counts that do not realise, on a job small enough to decide cell by cell.
         status, exact = solve_box_exact(problem, (a, b), node_limit=CELL_NODES,
-                                        time_limit=seconds_left)
+                                        time_limit=seconds_left - (time.monotonic() - t0))
         record["exact"] = status
         if status == "infeasible":
             record["proved_by"] = CELL_MODEL
