@@ -223,7 +223,9 @@ def markdown(result: dict[str, Any], command: str) -> str:
         "",
         "Default settings = `arnold place --json` in a fresh process (wall time includes "
         "start-up). The budgets are in-process runs with that `--time-limit`; *vs best* is "
-        "the spread over the best any budget reached on the case (1 = as good).",
+        "the spread over the best any budget reached on the case (1 = as good). Wall times "
+        "are the machine's: run the bench on an otherwise idle machine (work limits keep the "
+        "answers the same under load, not the seconds).",
         "",
         "| scale | nodes | cases | ratio mean | ratio max | wall p95 (s) | wall max (s) | "
         "proven | gap max | budget | vs best mean | vs best max | best reached | proven | "

@@ -42,9 +42,33 @@ from slurm_arnold.sim import PREDICTORS
 from slurm_arnold.slurm import Slurm
 from slurm_arnold.topology import Topology, read_topology_file
 
+#: Command groups kept in their own modules, imported only when invoked (or listed): every
+#: `arnold place` and arnold-sbatch pays the start-up time of whatever is imported here.
+LAZY_GROUPS = {
+    "bench": "slurm_arnold.bench_cli",
+    "pipeline": "slurm_arnold.pipeline_cli",
+    "plan": "slurm_arnold.plan_cli",
+    "reserve": "slurm_arnold.reserve_cli",
+    "site": "slurm_arnold.site_cli",
+}
+
 
 class ArnoldGroup(click.Group):
-    """A click group that turns library errors into one-line messages and exit code 1."""
+    """A click group that turns library errors into one-line messages and exit code 1, and
+    loads the groups of ``LAZY_GROUPS`` on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Every command, the lazily loaded ones included."""
+        return sorted({*super().list_commands(ctx), *LAZY_GROUPS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command named ``cmd_name``, importing its module if it is a lazy group."""
+        if cmd_name in LAZY_GROUPS and cmd_name not in self.commands:
+            import importlib
+
+            module = importlib.import_module(LAZY_GROUPS[cmd_name])
+            self.add_command(getattr(module, cmd_name))
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; report ``ArnoldError`` as ``arnold: error: ...`` and exit 1."""
@@ -700,20 +724,3 @@ def predictor_retrain(since: str | None, no_import: bool, force: bool, as_json: 
                + (f" vs serving {serving['mae_log']:.3f}" if serving else "")
                + (f" ({result['reason']})" if "reason" in result else "")
                + f"; {verdict}: {result['model_dir']}")
-
-
-def _register() -> None:
-    from slurm_arnold.bench_cli import bench
-    from slurm_arnold.pipeline_cli import pipeline
-    from slurm_arnold.plan_cli import plan
-    from slurm_arnold.reserve_cli import reserve
-    from slurm_arnold.site_cli import site
-
-    main.add_command(bench)
-    main.add_command(pipeline)
-    main.add_command(plan)
-    main.add_command(reserve)
-    main.add_command(site)
-
-
-_register()

@@ -23,7 +23,9 @@ def test_every_command_has_help_text() -> None:
     def walk(cmd: click.Command, path: str) -> None:
         assert cmd.help, f"`{path}` has no help text"
         if isinstance(cmd, click.Group):
-            for name, sub in cmd.commands.items():
+            for name in cmd.list_commands(click.Context(cmd)):
+                sub = cmd.get_command(click.Context(cmd), name)
+                assert sub is not None, f"`{path} {name}` is listed but does not load"
                 walk(sub, f"{path} {name}")
 
     walk(main, "arnold")
@@ -37,7 +39,9 @@ def test_every_option_has_help_text() -> None:
             if isinstance(param, click.Option) and not param.help and not param.hidden:
                 missing.append(f"`{path}` {param.opts[0]}")
         if isinstance(cmd, click.Group):
-            for name, sub in cmd.commands.items():
+            for name in cmd.list_commands(click.Context(cmd)):
+                sub = cmd.get_command(click.Context(cmd), name)
+                assert sub is not None, f"`{path} {name}` is listed but does not load"
                 walk(sub, f"{path} {name}")
 
     walk(main, "arnold")
@@ -209,3 +213,17 @@ def test_place_explain_draws_ours_beside_slurms(tmp_path: Path, isolated_config:
     assert same.exit_code == 0, same.output
     assert json.loads(same.output)["explain"]["picture"] == str(inline)
     assert "<svg" in inline.read_text()
+
+
+def test_place_does_not_load_the_other_command_groups() -> None:
+    """arnold place and arnold-sbatch pay only for what they use: the groups of LAZY_GROUPS
+    are imported when invoked, not when ``arnold`` starts."""
+    from slurm_arnold.cli import LAZY_GROUPS
+
+    modules = list(LAZY_GROUPS.values())
+    probe = ("import sys, slurm_arnold.cli; "
+             f"print(','.join(m for m in {modules!r} if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    assert loaded == ""
+    assert set(LAZY_GROUPS) <= set(main.list_commands(click.Context(main)))

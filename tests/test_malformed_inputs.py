@@ -179,8 +179,10 @@ def test_random_files(template: list[str], content: bytes, place_dir: Path) -> N
 def _numeric_options(argv: list[str]) -> list[str]:
     cmd: click.Command = main
     for word in argv:
-        if isinstance(cmd, click.Group) and word in cmd.commands:
-            cmd = cmd.commands[word]
+        sub = cmd.get_command(click.Context(cmd), word) if isinstance(cmd, click.Group) \
+            else None
+        if sub is not None:
+            cmd = sub
     return [p.opts[0] for p in cmd.params if isinstance(p, click.Option)
             and isinstance(p.type, click.types._NumberParamTypeBase)]
 
