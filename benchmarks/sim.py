@@ -39,7 +39,9 @@ class LogSetup:
 
 
 LOGS = (LogSetup("KTH", "KTH-SP2-1996-2.swf.gz", 4, 4, 7, 8.0),
-        LogSetup("Curie", "CEA-Curie-2011-window.swf.gz", 10, 16, 32, 0.5))
+        LogSetup("Curie", "CEA-Curie-2011-window.swf.gz", 10, 16, 32, 0.5),
+        LogSetup("HPC2N", "HPC2N-2002-2.2-cln.swf.gz", 4, 4, 8, 4.0),
+        LogSetup("SDSC-SP2", "SDSC-SP2-1998-4.2-cln.swf.gz", 4, 4, 8, 8.0))
 RUNS: tuple[tuple[str, str, str], ...] = (
     ("slurm", "requested", "share"),
     *(("arnold", p, m) for m in ("share", "shrink")

@@ -151,27 +151,29 @@ def train(matrix: np.ndarray, runtimes: Sequence[float] | np.ndarray, vocab: Voc
     if len(y) < 50:
         raise ModelError(f"only {len(y)} finished jobs to learn from; import more history "
                          "(arnold predictor import ...) before training")
-    cats = [FEATURES.index(c) for c in CATEGORICAL]
     t0 = time.monotonic()
-
-    def dataset(rows: slice, init: np.ndarray | None = None) -> lgb.Dataset:
-        return lgb.Dataset(matrix[rows], y[rows], feature_name=list(FEATURES),
-                           categorical_feature=cats, init_score=init, free_raw_data=False)
-
     fallback = float(np.mean(y))
     point = fit_point(matrix, y, fallback, rounds=rounds)
-    upper_params = PARAMS | {"objective": "quantile", "alpha": quantile}
     split = int(len(y) * 0.85)
-    early = lgb.train(upper_params, dataset(slice(0, split)), rounds)
+    early = fit_upper(matrix[:split], y[:split], quantile, rounds=rounds)
     scores = conformity_scores(np.asarray(early.predict(matrix[split:]), dtype=float),
                                seconds[split:], limits[split:])
     delta = conformal_delta(scores[-CALIBRATION_WINDOW:], quantile)
-    upper = lgb.train(upper_params, dataset(slice(None)), rounds)
+    upper = fit_upper(matrix, y, quantile, rounds=rounds)
     info = dict(meta or {}) | {"features": list(FEATURES), "quantile": quantile,
                                "train_jobs": len(y), "offset_fallback": fallback,
                                "upper_delta": delta, "calibration_start": split,
                                "train_seconds": time.monotonic() - t0}
     return JctModel(point, upper, vocab, info, scores)
+
+
+def fit_upper(matrix: np.ndarray, y: np.ndarray, quantile: float, *,
+              rounds: int = ROUNDS) -> lgb.Booster:
+    """The uncalibrated upper model: quantile loss at ``quantile`` on log runtimes ``y``."""
+    data = lgb.Dataset(matrix, y, feature_name=list(FEATURES),
+                       categorical_feature=[FEATURES.index(c) for c in CATEGORICAL],
+                       free_raw_data=False)
+    return lgb.train(PARAMS | {"objective": "quantile", "alpha": quantile}, data, rounds)
 
 
 def fit_point(matrix: np.ndarray, y: np.ndarray, fallback: float, *,

@@ -207,6 +207,7 @@ class Simulation:
         job.gpus_each = gpus_each
         job.start = self.now
         job.admitted_to = admitted_to
+        job.predicted = self.pred.predict(job)
         run = job.runtime
         if limit is not None and limit < job.runtime:
             run, job.killed = limit, True
@@ -251,15 +252,36 @@ class Simulation:
         free_gpus = int(self.c.free_gpus[~self.c.blocked].sum())
         reserved_idle = bool(self.reservations) and bool(
             (self.c.blocked & (self.c.free_gpus > 0)).any())
+
+        def plans_ahead() -> list[_Plan]:
+            """Backfill's plans for the jobs ahead that could not start (made lazily: most
+            passes on a full cluster never need them)."""
+            nonlocal planned_upto
+            while planned_upto < len(blocked_jobs) and len(plans) < self.s.plan_ahead:
+                plan = self._plan(blocked_jobs[planned_upto], plans)
+                planned_upto += 1
+                if plan is not None:
+                    plans.append(plan)
+            return plans
+
         for job in list(self.queue[: self.s.depth]):
             if self.s.policy == "arnold" and job.lpj:
-                if self._start_lpj_now(job):
+                # An LPJ keeps its place in the queue: like any backfilled job it may not
+                # take nodes planned for the jobs ahead of it, now or by a reservation.
+                ahead = np.zeros(self.c.n, dtype=bool)
+                overlap = np.zeros(self.c.n, dtype=bool)
+                for p in plans_ahead():
+                    ahead |= p.mask
+                    if self.now + job.limit > p.start:
+                        overlap |= p.mask
+                if self._start_lpj_now(job, overlap):
                     free_whole = int(np.count_nonzero(self.c.whole_free() & ~self.c.blocked))
                     free_gpus = int(self.c.free_gpus[~self.c.blocked].sum())
                     continue
                 if job.index in self.res_of_job:
                     continue
-                if len(self.reservations) < self.s.max_reservations and self._reserve(job):
+                if len(self.reservations) < self.s.max_reservations and self._reserve(job,
+                                                                                      ahead):
                     free_whole = int(np.count_nonzero(self.c.whole_free() & ~self.c.blocked))
                     free_gpus = int(self.c.free_gpus[~self.c.blocked].sum())
                     reserved_idle = True
@@ -269,15 +291,8 @@ class Simulation:
                 continue
             fits_somewhere = (job.nodes <= free_whole) if job.nodes else (job.gpus <= free_gpus)
             if fits_somewhere:
-                # Plans of the jobs ahead that could not start are made only now, when a later
-                # job might start (most passes on a full cluster never need them).
-                while planned_upto < len(blocked_jobs) and len(plans) < self.s.plan_ahead:
-                    plan = self._plan(blocked_jobs[planned_upto], plans)
-                    planned_upto += 1
-                    if plan is not None:
-                        plans.append(plan)
                 mask = self._candidates(job) & ~self.c.blocked
-                for p in plans:
+                for p in plans_ahead():
                     if self.now + job.limit > p.start:
                         mask &= ~p.mask
                 nodes = self._choose(job, mask)
@@ -313,11 +328,12 @@ class Simulation:
         pp, dp = job.layout()
         return JobShape(self.c.g, pp, dp, self.c.g)
 
-    def _start_lpj_now(self, job: SimJob) -> bool:
-        """Start an LPJ at once when enough nodes are free (its own reserved ones included),
-        unless waiting for its reservation is cheaper by the policy's rule."""
+    def _start_lpj_now(self, job: SimJob, planned: np.ndarray) -> bool:
+        """Start an LPJ at once when enough nodes are free (its own reserved ones included,
+        ``planned`` ones, held for the jobs ahead, not), unless waiting for its reservation
+        is cheaper by the policy's rule."""
         res = self.reservations.get(self.res_of_job.get(job.index, -1))
-        pool = self.c.whole_free() & ~self.c.blocked
+        pool = self.c.whole_free() & ~self.c.blocked & ~planned
         if res is not None:
             own = np.zeros(self.c.n, dtype=bool)
             own[res.nodes] = True
@@ -369,8 +385,8 @@ class Simulation:
         self._drains[admitted] = drain
         return drain
 
-    def _reserve(self, job: SimJob) -> bool:
-        eligible = ~self.c.blocked
+    def _reserve(self, job: SimJob, planned: np.ndarray | None = None) -> bool:
+        eligible = ~self.c.blocked if planned is None else ~self.c.blocked & ~planned
         if int(eligible.sum()) < job.nodes:
             return False  # other reservations hold too much; it waits for one to start
         choice = choose_reservation(
@@ -490,6 +506,7 @@ class Simulation:
             "lpj_delay_h_from_mispredictions": round(self.lpj_delay / 3600.0, 6),
             "lpj_delay_h_from_admissions": round(self.lpj_admission_delay / 3600.0, 6),
             "killed_jobs": self.killed,
+            **self._prediction_accuracy(),
             "jobs": len(jobs),
             "dropped_jobs": self.w.dropped_too_large + self.w.dropped_unusable,
             "lpjs": len(lpj),
@@ -504,6 +521,20 @@ class Simulation:
             "placements_solved": self.memo.misses,
             "placements_reused": self.memo.hits,
         }
+
+    def _prediction_accuracy(self) -> dict[str, float | None]:
+        """How good the run-time predictions were when jobs started (jobs that were not
+        killed): mean |log predicted - log actual| and the share that ended by their
+        prediction (the coverage an upper predictor promises)."""
+        done = [j for j in self.jobs if j.predicted is not None and not j.killed
+                and j.end is not None and j.start is not None]
+        if not done:
+            return {"predictor_mae_log": None, "predictor_coverage": None}
+        actual = np.maximum(1.0, np.array([(j.end or 0) - (j.start or 0) for j in done]))
+        predicted = np.maximum(1.0, np.array([j.predicted or 1.0 for j in done]))
+        return {"predictor_mae_log": round(float(np.mean(np.abs(np.log(predicted)
+                                                                 - np.log(actual)))), 6),
+                "predictor_coverage": round(float(np.mean(actual <= predicted + 1e-6)), 6)}
 
     def _lpj_spread(self, job: SimJob) -> float:
         if job.weighted_spread is None:

@@ -29,6 +29,7 @@ class SimJob:
     killed: bool = False
     admitted_to: int | None = None  # the reservation it was admitted into
     weighted_spread: float | None = None
+    predicted: float | None = None  # the predictor's run time when the job started
 
     @property
     def user(self) -> str:

@@ -2,10 +2,19 @@
 
 Every predictor learns only from jobs that have *ended in the simulation* before the current
 simulated time (not from the log's own timeline, whose schedule differs): ``observe_end`` is
-the only way a runtime gets in, and the simulator calls it when a job ends. ``model`` and
-``model_q`` retrain once per simulated day on the most recent ``window`` finished jobs; their
-feature rows are computed at each job's submit from the simulated state then (the user's
-finished jobs, the jobs active and running), exactly as a live system would.
+the only way a runtime gets in, and the simulator calls it when a job ends. Feature rows are
+computed at each job's submit from the simulated state then (the user's finished jobs, the
+jobs active and running), exactly as a live system would.
+
+``model`` and ``model_q`` look at the first event of each simulated day (the live retrain is
+a nightly cron job) and retrain on the most recent ``window`` finished jobs when enough new
+ones have finished since the last fit (``RETRAIN_SHARE`` of the training set): a quiet day
+does not pay for a fit that would learn nothing new. ``model`` fits only the point model,
+``model_q`` only the upper one, because each uses only its own. ``model_q``'s conformal delta
+is recalibrated every simulated day, like ``arnold predictor evaluate`` does: from the jobs
+that finished since, scored by the model that was serving when they ended (so the scores are
+out of sample, unlike a split of the training window); only the first fit, with no such jobs
+yet, calibrates on a held-out tail of its training window.
 """
 
 from __future__ import annotations
@@ -13,13 +22,28 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from predictor.features import FEATURES, UserHistory, Vocabulary, fill_row
-from predictor.model import JctModel, ModelError, train
+from predictor.model import (
+    CALIBRATION_WINDOW,
+    ModelError,
+    conformal_delta,
+    conformity_scores,
+    fit_point,
+    fit_upper,
+    log_seconds,
+)
 from slurm_arnold.sim import PREDICTORS
 from slurm_arnold.sim.jobs import SimJob
+
+#: Retrain when the jobs finished since the last fit are at least this share of the training
+#: set (and at least ``min_new``): 5% of a full 20,000-job window is 1,000 jobs.
+RETRAIN_SHARE = 0.05
+#: Jobs held out of the first fit to calibrate it (later fits use out-of-sample scores).
+FIRST_HOLDOUT = 0.15
 
 
 @dataclass
@@ -36,12 +60,20 @@ class OnlinePredictor:
     vocab: Vocabulary = field(default_factory=Vocabulary)
     rows: dict[int, np.ndarray] = field(default_factory=dict)
     finished: list[SimJob] = field(default_factory=list)
-    model: JctModel | None = None
+    min_new: int = 100
+    #: The booster in use (point for ``model``, upper for ``model_q``) and its starting score.
+    booster: Any = None
+    offset_fallback: float = 0.0
+    delta: float = 0.0
     version: int = 0
     last_day: int | None = None
+    trained_on: int = 0  # finished jobs seen when the booster was fitted
     retrains: int = 0
     #: For the leakage test: (simulated time, latest end among the training jobs) per retrain.
     audit: list[tuple[float, float]] = field(default_factory=list)
+    #: Conformity scores (log actual - raw upper) of jobs that ended, out of sample.
+    scores: list[float] = field(default_factory=list)
+    _unscored: list[SimJob] = field(default_factory=list)
     _cache: dict[int, tuple[int, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -72,31 +104,71 @@ class OnlinePredictor:
         self.histories[job.user].add(runtime, job.record.time_limit)
         if self.learns and not job.killed:
             self.finished.append(job)
+            if self.booster is not None:
+                self._unscored.append(job)
             if len(self.finished) > 2 * self.window:
-                del self.finished[: len(self.finished) - self.window]
+                drop = len(self.finished) - self.window
+                del self.finished[:drop]
+                self.trained_on -= drop
 
     def maybe_retrain(self, now: float) -> None:
-        """Retrain at the first event of each simulated day."""
+        """At the first event of each simulated day: recalibrate, and retrain when enough
+        new jobs have finished (see the module docstring)."""
         if not self.learns:
             return
         day = int(now // 86400)
         if day == self.last_day:
             return
         self.last_day = day
+        self._recalibrate()
         recent = self.finished[-self.window:]
-        if len(recent) < self.min_train:
+        new = len(self.finished) - self.trained_on
+        if len(recent) < self.min_train or (
+                self.booster is not None
+                and new < max(self.min_new, RETRAIN_SHARE * len(recent))):
             return
         matrix = np.stack([self.rows[j.index] for j in recent])
         runtimes = np.array([max(1.0, (j.end or 0) - (j.start or 0)) for j in recent])
-        limits = np.array([j.limit for j in recent])
+        y = log_seconds(runtimes)
         try:
-            self.model = train(matrix, runtimes, self.vocab, req=limits,
-                               quantile=self.quantile, rounds=self.rounds)
-        except ModelError:
+            if self.name == "model":
+                self.offset_fallback = float(np.mean(y))
+                self.booster = fit_point(matrix, y, self.offset_fallback, rounds=self.rounds)
+            else:
+                if self.booster is None:
+                    self._first_calibration(matrix, y, runtimes,
+                                            np.array([j.limit for j in recent]))
+                self.booster = fit_upper(matrix, y, self.quantile, rounds=self.rounds)
+        except (ModelError, ValueError):  # pragma: no cover - LightGBM refused the data
             return
+        self.trained_on = len(self.finished)
         self.version += 1
         self.retrains += 1
         self.audit.append((now, max(j.end or 0 for j in recent)))
+
+    def _first_calibration(self, matrix: np.ndarray, y: np.ndarray, runtimes: np.ndarray,
+                           limits: np.ndarray) -> None:
+        """The first fit's delta: a model on the head of the window predicts its tail."""
+        split = int(len(y) * (1 - FIRST_HOLDOUT))
+        early = fit_upper(matrix[:split], y[:split], self.quantile, rounds=self.rounds)
+        raw = np.asarray(early.predict(matrix[split:]), dtype=float)
+        self.delta = conformal_delta(conformity_scores(raw, runtimes[split:], limits[split:]),
+                                     self.quantile)
+
+    def _recalibrate(self) -> None:
+        """Score the jobs that ended since yesterday with the model that served them, and
+        take the delta from the most recent ``CALIBRATION_WINDOW`` scores."""
+        if self.name != "model_q" or not self._unscored or self.booster is None:
+            self._unscored.clear()
+            return
+        jobs, self._unscored = self._unscored, []
+        matrix = np.stack([self.rows[j.index] for j in jobs])
+        raw = np.asarray(self.booster.predict(matrix), dtype=float)
+        runtimes = np.array([max(1.0, (j.end or 0) - (j.start or 0)) for j in jobs])
+        self.scores.extend(conformity_scores(raw, runtimes,
+                                             np.array([j.limit for j in jobs])).tolist())
+        del self.scores[:-CALIBRATION_WINDOW]
+        self.delta = conformal_delta(np.asarray(self.scores), self.quantile)
 
     def predict(self, job: SimJob) -> float:
         """Predicted run time (s), capped at the job's limit."""
@@ -104,19 +176,23 @@ class OnlinePredictor:
             return job.limit
         if self.name == "oracle":
             return job.runtime
-        if self.name == "last2" or self.model is None:
+        if self.name == "last2" or self.booster is None:
             # A model predictor falls back to last2 until it has trained once.
             last2 = self.histories[job.user].last2_seconds() if job.user in self.histories \
                 else None
             return job.limit if last2 is None else min(job.limit, max(1.0, last2))
         cached = self._cache.get(job.index)
         if cached and cached[0] == self.version:
-            return cached[1]
-        row = self.rows[job.index][None, :]
-        point, upper = self.model.predict(row, [job.limit])
-        value = float(upper[0] if self.name == "model_q" else point[0])
-        self._cache[job.index] = (self.version, value)
-        return value
+            raw = cached[1]
+        else:
+            row = self.rows[job.index][None, :]
+            raw = float(self.booster.predict(row)[0])
+            if self.name == "model":
+                base = row[0, FEATURES.index("u_last2")]
+                raw += self.offset_fallback if math.isnan(base) else float(base)
+            self._cache[job.index] = (self.version, raw)
+        shift = self.delta if self.name == "model_q" else 0.0
+        return float(min(job.limit, max(1.0, math.exp(raw + shift))))
 
     def forget(self, job: SimJob) -> None:
         """Drop per-job caches once a job can no longer be asked about."""
