@@ -6,57 +6,48 @@ processors mapped to GPUs so that one of the machine's nodes is one 8-GPU node:
 - KTH SP2 (100 single-processor nodes): 112 nodes = 4 minipods x 4 leaves x 7 nodes,
   ``--gpus-per-proc 8``;
 - CEA Curie (5,040 thin nodes of 16 cores): 5,120 nodes = 10 minipods x 16 leaves x 32 nodes,
-  ``--gpus-per-proc 0.5``.
+  ``--gpus-per-proc 0.5``;
+- HPC2N (120 nodes of 2 processors): 128 nodes = 4 x 4 x 8, ``--gpus-per-proc 4``;
+- SDSC SP2 (128 single-processor nodes): 128 nodes = 4 x 4 x 8, ``--gpus-per-proc 8``.
 
-An LPJ is a job of at least 256 GPUs (32 nodes) on both.
+An LPJ is a job of at least 256 GPUs (32 nodes) on every log.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks.logs import CURIE_JOBS, HPC2N_JOBS, LOG_NAMES, LOGS, LogSetup
 from predictor.swf import JobRecord, read_swf
 from slurm_arnold.sim.cluster import SimCluster
 from slurm_arnold.sim.engine import SimSettings, simulate
 from slurm_arnold.sim.jobs import build_workload
 from slurm_arnold.topology import parse_topology
 
-
-@dataclass(frozen=True)
-class LogSetup:
-    """How one shared log is replayed."""
-
-    name: str
-    file: str
-    pods: int
-    leaves: int
-    nodes: int
-    gpus_per_proc: float
-
-
-LOGS = (LogSetup("KTH", "KTH-SP2-1996-2.swf.gz", 4, 4, 7, 8.0),
-        LogSetup("Curie", "CEA-Curie-2011-window.swf.gz", 10, 16, 32, 0.5),
-        LogSetup("HPC2N", "HPC2N-2002-2.2-cln.swf.gz", 4, 4, 8, 4.0),
-        LogSetup("SDSC-SP2", "SDSC-SP2-1998-4.2-cln.swf.gz", 4, 4, 8, 8.0))
+#: Every predictor and mode: on KTH, the fastest log.
 RUNS: tuple[tuple[str, str, str], ...] = (
     ("slurm", "requested", "share"),
     *(("arnold", p, m) for m in ("share", "shrink")
        for p in ("requested", "last2", "model", "model_q", "oracle")),
 )
-CURIE_JOBS = 10_000
-#: Curie's 5,120-node replays cost minutes each: the predictors that matter, one mode each.
-CURIE_RUNS = (("slurm", "requested", "share"), ("arnold", "requested", "share"),
-              ("arnold", "model_q", "share"), ("arnold", "model_q", "shrink"),
-              ("arnold", "oracle", "share"))
+#: On the other logs, the runs that matter: the acceptance pair (slurm/requested against
+#: arnold/model_q/share) and what separates the gate from the predictor.
+CORE_RUNS = (("slurm", "requested", "share"), ("arnold", "requested", "share"),
+             ("arnold", "model_q", "share"), ("arnold", "model_q", "shrink"),
+             ("arnold", "oracle", "share"))
 QUICK_RUNS = (("slurm", "requested", "share"), ("arnold", "model_q", "share"),
               ("arnold", "oracle", "shrink"))
+#: The comparison the acceptance rules judge.
+BASELINE = ("slurm", "requested", "share")
+CANDIDATE = ("arnold", "model_q", "share")
 KEYS = ("utilization", "mean_wait_h", "bounded_slowdown", "lpj_mean_wait_h", "lpj_p95_wait_h",
-        "lpj_mean_weighted_spread", "backfilled_in_reservations",
-        "lpj_delay_h_from_mispredictions", "killed_jobs")
+        "lpj_mean_weighted_spread", "backfilled_in_reservations", "reserved_idle_node_h",
+        "lpj_delay_h_from_mispredictions", "killed_jobs", "predictor_mae_log",
+        "predictor_coverage")
 
 
 def fat_tree(pods: int, leaves: int, nodes: int) -> str:
@@ -93,29 +84,79 @@ def run_one(records: Sequence[JobRecord], setup: LogSetup, policy: str, predicto
     return result
 
 
+def read_log(data_dir: Path, setup: LogSetup, limit: int | None = None) -> list[JobRecord]:
+    """The log's jobs, cut at ``limit`` or else at the setup's own cap."""
+    cut = limit if limit is not None else setup.jobs
+    return [r for r in read_swf(data_dir / setup.file) if isinstance(r, JobRecord)][:cut]
+
+
 def compare(data_dir: Path, quick: bool = False, limit: int | None = None,
             progress: Callable[[str], None] | None = None,
-            logs: Sequence[str] = ("KTH", "Curie")) -> dict[str, list[dict[str, Any]]]:
-    """Every run of ``RUNS`` (or ``QUICK_RUNS``) on each shared log that is present.
-
-    Curie's full window costs many minutes per arnold run on this machine; without
-    ``limit`` its first ``CURIE_JOBS`` jobs are replayed (stated in the table).
-    """
+            logs: Sequence[str] = LOG_NAMES) -> dict[str, list[dict[str, Any]]]:
+    """The runs of each shared log that is present: ``RUNS`` on KTH, ``CORE_RUNS`` on the
+    others (``QUICK_RUNS`` everywhere with ``quick``), each log cut at its ``jobs``."""
     out: dict[str, list[dict[str, Any]]] = {}
     for setup in LOGS:
         path = data_dir / setup.file
         if not path.exists() or setup.name not in logs:
             continue
-        cut = limit if limit is not None else CURIE_JOBS if setup.name == "Curie" else None
-        records = [r for r in read_swf(path) if isinstance(r, JobRecord)][:cut]
+        records = read_log(data_dir, setup, limit)
         rows = []
-        runs = QUICK_RUNS if quick else CURIE_RUNS if setup.name == "Curie" else RUNS
+        runs = QUICK_RUNS if quick else RUNS if setup.name == "KTH" else CORE_RUNS
         for policy, predictor, mode in runs:
             if progress:
                 progress(f"{setup.name} {policy} {predictor} {mode}")
             rows.append(run_one(records, setup, policy, predictor, mode))
         out[setup.name] = rows
     return out
+
+
+def verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The acceptance rules for one log: arnold/model_q/share against slurm/requested. LPJs'
+    mean wait no longer and their spread lower; everyone's mean wait at most 5% longer;
+    utilisation at most one point lower. ``None`` when either run is missing."""
+    def find(key: tuple[str, str, str]) -> dict[str, Any] | None:
+        return next((r for r in rows if (r["policy"], r["predictor"], r["mode"] or "share")
+                     == key), None)
+
+    base, ours = find(BASELINE), find(CANDIDATE)
+    if base is None or ours is None:
+        return None
+    checks = {
+        "lpj_wait": ours["lpj_mean_wait_h"] <= base["lpj_mean_wait_h"] + 1e-9,
+        "lpj_spread": ours["lpj_mean_weighted_spread"] < base["lpj_mean_weighted_spread"],
+        "mean_wait": ours["mean_wait_h"] <= 1.05 * base["mean_wait_h"] + 1e-9,
+        "utilization": ours["utilization"] >= base["utilization"] - 0.01,
+    }
+    return {"slurm": base, "arnold": ours, "checks": checks, "passed": all(checks.values())}
+
+
+def side_by_side_markdown(result: dict[str, list[dict[str, Any]]], command: str) -> str:
+    """One row per log: arnold/model_q/share against slurm, and whether each rule holds."""
+    lines = ["## Simulator: every log side by side", "",
+             f"Command: `{command}`. Default settings; arnold = `--policy arnold --predictor "
+             "model_q --mode share`, slurm = `--policy slurm --predictor requested`. Rules: "
+             "LPJ mean wait <= slurm's, LPJ spread lower, everyone's mean wait <= slurm's x "
+             "1.05, utilisation at most 1 point lower.", "",
+             "| log | jobs | LPJs | LPJ wait h (slurm / arnold) | LPJ spread | mean wait h | "
+             "utilisation | reserved idle node-h | predictor mae_log / coverage | rules |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for log, rows in result.items():
+        v = verdict(rows)
+        if v is None:
+            continue
+        b, a = v["slurm"], v["arnold"]
+        failed = [k for k, ok in v["checks"].items() if not ok]
+        lines.append(
+            f"| {log} | {a['jobs']:,} | {a['lpjs']} | {b['lpj_mean_wait_h']:.2f} / "
+            f"{a['lpj_mean_wait_h']:.2f} (x{_ratio(a['lpj_mean_wait_h'], b['lpj_mean_wait_h'])})"
+            f" | {b['lpj_mean_weighted_spread']:.2f} / {a['lpj_mean_weighted_spread']:.2f} | "
+            f"{b['mean_wait_h']:.2f} / {a['mean_wait_h']:.2f} "
+            f"(x{_ratio(a['mean_wait_h'], b['mean_wait_h'])}) | {b['utilization']:.3f} / "
+            f"{a['utilization']:.3f} | {a['reserved_idle_node_h']:.0f} | "
+            f"{a['predictor_mae_log']} / {a['predictor_coverage']} | "
+            + ("all met" if not failed else "missed: " + ", ".join(failed)) + " |")
+    return "\n".join(lines)
 
 
 def horizon_sweep(data_dir: Path, logs: Sequence[str], horizons: Sequence[float],
@@ -127,8 +168,7 @@ def horizon_sweep(data_dir: Path, logs: Sequence[str], horizons: Sequence[float]
         path = data_dir / setup.file
         if not path.exists() or setup.name not in logs:
             continue
-        cut = CURIE_JOBS if setup.name == "Curie" else None
-        records = [r for r in read_swf(path) if isinstance(r, JobRecord)][:cut]
+        records = read_log(data_dir, setup)
         rows = [run_one(records, setup, "slurm", "requested", "share")]
         for h in horizons:
             if progress:
@@ -181,9 +221,10 @@ def markdown(result: dict[str, list[dict[str, Any]]], command: str,
     """The benchmarks.md section."""
     lines = [f"## Simulator: slurm vs arnold on {', '.join(result)}", "",
              f"Command: `{command}`. Setup in `benchmarks/sim.py` (KTH on 112 nodes with "
-             "8 GPUs per processor, Curie on 5,120 nodes with 0.5 GPUs per core; LPJ = 256 "
+             "8 GPUs per processor, Curie on 5,120 nodes with 0.5 GPUs per core, HPC2N on 128 "
+             "nodes with 4 GPUs per processor, SDSC-SP2 on 128 nodes with 8; LPJ = 256 "
              "GPUs or more; arnold's LPJ placement is the MIP with a 1 s limit; Curie: the "
-             f"first {CURIE_JOBS:,} jobs of the window, to keep the full bench near an hour).",
+             f"first {CURIE_JOBS:,} jobs of the window, HPC2N the first {HPC2N_JOBS:,}).",
              "",
              "| log | policy | predictor | mode | " + " | ".join(KEYS) + " | s |",
              "|" + "---|" * (len(KEYS) + 5)]

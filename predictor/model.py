@@ -168,17 +168,19 @@ def train(matrix: np.ndarray, runtimes: Sequence[float] | np.ndarray, vocab: Voc
 
 
 def fit_upper(matrix: np.ndarray, y: np.ndarray, quantile: float, *,
-              rounds: int = ROUNDS) -> lgb.Booster:
-    """The uncalibrated upper model: quantile loss at ``quantile`` on log runtimes ``y``."""
+              rounds: int = ROUNDS, threads: int | None = None) -> lgb.Booster:
+    """The uncalibrated upper model: quantile loss at ``quantile`` on log runtimes ``y``
+    (``threads`` overrides LightGBM's thread count)."""
     data = lgb.Dataset(matrix, y, feature_name=list(FEATURES),
                        categorical_feature=[FEATURES.index(c) for c in CATEGORICAL],
                        free_raw_data=False)
-    return lgb.train(PARAMS | {"objective": "quantile", "alpha": quantile}, data, rounds)
+    params = PARAMS | {"objective": "quantile", "alpha": quantile}
+    return lgb.train(params | ({"num_threads": threads} if threads else {}), data, rounds)
 
 
 def fit_point(matrix: np.ndarray, y: np.ndarray, fallback: float, *,
               objective: str = "regression_l1", from_last2: bool = True,
-              rounds: int = ROUNDS) -> lgb.Booster:
+              rounds: int = ROUNDS, threads: int | None = None) -> lgb.Booster:
     """The point model on log runtimes ``y``: ``objective`` (LightGBM's name), boosted from the
     user's last2 (``from_last2``) or from nothing. The served model is the default; the other
     variants are what ``arnold bench predictor`` compares it with."""
@@ -186,7 +188,8 @@ def fit_point(matrix: np.ndarray, y: np.ndarray, fallback: float, *,
     data = lgb.Dataset(matrix, y, feature_name=list(FEATURES),
                        categorical_feature=[FEATURES.index(c) for c in CATEGORICAL],
                        init_score=init, free_raw_data=False)
-    return lgb.train(PARAMS | {"objective": objective}, data, rounds)
+    params = PARAMS | {"objective": objective}
+    return lgb.train(params | ({"num_threads": threads} if threads else {}), data, rounds)
 
 
 def predict_point(booster: lgb.Booster, matrix: np.ndarray, req: Sequence[float | None],

@@ -15,6 +15,14 @@ Only *imminent* LPJs are reserved: pools that drain later than a horizon (defaul
 considered, and an LPJ with none left waits as an ordinary Slurm job, because nodes held for a
 far-off start sit idle (or serve only short jobs) all that time.
 
+**Paying for itself.** Given ``slurm_start``, when the LPJ would start without a reservation
+(Slurm's own plan: the time its nodes drain if every job runs to its limit), a pool is taken
+only when what it saves the LPJ outweighs what it costs everyone else: the LPJ's nodes times
+the hours it starts earlier must be at least the node-hours the pool's nodes would sit idle
+between draining and the start (``idle_share`` of them: the part admitted short jobs are not
+expected to fill). A far-off start costs more idle hours (nodes drain early and wait), so this
+is a horizon that follows the queue and the predictions rather than a constant.
+
 **Admitting a short job.** A job may start on idle reserved nodes only when ``now`` plus its
 upper-quantile prediction is at or before the LPJ's expected start. In ``share`` mode it then
 runs to its end (a misprediction delays the LPJ); in ``shrink`` mode its time limit is cut to
@@ -46,6 +54,10 @@ class ReservationChoice:
     expected_start: float
     cost: float
     candidates: tuple[tuple[int, float, float], ...]  # (pool size, start, weighted spread)
+    #: Node-hours the chosen nodes wait idle for the start, and what the start saves the LPJ
+    #: (its nodes x hours before ``slurm_start``; ``None`` without one).
+    idle_node_h: float = 0.0
+    saved_node_h: float | None = None
 
 
 def lpj_layout(nodes: int) -> tuple[int, int]:
@@ -66,21 +78,25 @@ def choose_reservation(topology: Topology, names: Sequence[str], drain: np.ndarr
                        eligible: np.ndarray, now: float, shape: JobShape, *,
                        algo: str = "mip", alpha: float = 0.5, time_limit: float | None = None,
                        spread_weight_h: float = 1.0,
-                       horizon_s: float = math.inf,
+                       horizon_s: float = math.inf, slurm_start: float | None = None,
+                       idle_share: float = 1.0,
                        placer: Callable[[Sequence[str], JobShape], Placement] | None = None,
                        ) -> ReservationChoice | None:
     """Pick the LPJ's nodes among ``eligible`` ones (see the module docstring).
 
     ``drain[i]`` is node i's predicted drain time (``now`` or earlier when idle). Pools that
-    would start later than ``now + horizon_s`` are not considered; ``None`` when none is left
-    (the job is not imminent: reserving for it now would hold nodes idle for too long).
-    ``placer`` lays the job out on a pool instead of ``place`` (the simulator's memo).
+    would start later than ``now + horizon_s``, or (given ``slurm_start``) that do not pay for
+    themselves, are not considered; ``None`` when none is left (reserving for the job now
+    would cost others more than it saves it). ``placer`` lays the job out on a pool instead
+    of ``place`` (the simulator's memo).
     """
     n = shape.nodes
     when = np.where(eligible, np.maximum(drain, now), np.inf)
     ordered = np.sort(when[eligible])
     if len(ordered) < n:
         raise InfeasibleError(f"the job needs {n} nodes; only {len(ordered)} can be reserved")
+    if slurm_start is not None and not _any_pays(ordered, n, slurm_start, idle_share):
+        return None  # no n nodes at all would pay: skip the placements
     index = {name: i for i, name in enumerate(names)}
     best: ReservationChoice | None = None
     tried: list[tuple[int, float, float]] = []
@@ -93,15 +109,38 @@ def choose_reservation(topology: Topology, names: Sequence[str], drain: np.ndarr
                      place(topology, pool, shape, algo=algo, alpha=alpha, time_limit=time_limit))
         spread = placement.metrics.weighted_spread
         tried.append((size, start, spread))
+        chosen = placement.nodes()
+        ready = np.array([when[index[c]] for c in chosen])
+        expected = float(ready.max())
+        idle_h = float(np.sum(expected - ready)) / 3600.0
+        saved_h = None if slurm_start is None else n * (slurm_start - expected) / 3600.0
+        if saved_h is not None and saved_h < idle_share * idle_h:
+            continue  # costs the others more than it saves the LPJ
         cost = (start - now) / 3600.0 + spread_weight_h * spread
         if best is None or cost < best.cost - 1e-9:
-            chosen = placement.nodes()
-            expected = max(float(when[index[c]]) for c in chosen)
-            best = ReservationChoice(tuple(chosen), placement, expected, cost, ())
+            best = ReservationChoice(tuple(chosen), placement, expected, cost, (), idle_h,
+                                     saved_h)
     if best is None:
         return None
     return ReservationChoice(best.nodes, best.placement, best.expected_start, best.cost,
-                             tuple(tried))
+                             tuple(tried), best.idle_node_h, best.saved_node_h)
+
+
+def _any_pays(ordered: np.ndarray, n: int, slurm_start: float, idle_share: float) -> bool:
+    """Whether any n of the nodes (drain times ``ordered``, ascending) pay for themselves.
+
+    Nodes starting at E idle least when they are the n latest to drain by E: n consecutive
+    drains ending at E. Trying every E is exact for any choice of n nodes, so no pool the
+    policy would take is skipped."""
+    if not math.isfinite(slurm_start):
+        return True
+    drains = ordered[np.isfinite(ordered)]
+    if len(drains) < n:
+        return False
+    sums = np.concatenate(([0.0], np.cumsum(drains)))
+    ends = drains[n - 1:]
+    idle = n * ends - (sums[n:] - sums[:-n])
+    return bool(np.any(n * (slurm_start - ends) >= idle_share * idle - 1e-6))
 
 
 def admits(now: float, predicted_runtime: float, expected_start: float) -> bool:

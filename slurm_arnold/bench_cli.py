@@ -10,6 +10,7 @@ from typing import Any
 import click
 from rich.console import Console
 
+from benchmarks.logs import LOG_NAMES
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.options import Finite, json_option, quick_option
 
@@ -113,7 +114,7 @@ def bench_predictor(quick: bool, size: int, data: str, docs: str, as_json: bool)
 @click.option("--scale", type=click.IntRange(min=0), default=450_000, show_default=True,
               help="Jobs of the replay-speed run (0: skip it).")
 @docs_option
-@click.option("--logs", default="KTH,Curie", show_default=True,
+@click.option("--logs", default=",".join(LOG_NAMES), show_default=True,
               help="Which shared logs to replay (each writes its own section).")
 @click.option("--horizons", default="",
               help="Instead, sweep the reservation horizon on --logs, e.g. 1,2,4 (hours).")
@@ -121,11 +122,24 @@ def bench_predictor(quick: bool, size: int, data: str, docs: str, as_json: bool)
 def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons: str,
               as_json: bool) -> None:
     """slurm vs arnold with every predictor and mode on the shared logs, and replay speed."""
+    from benchmarks.logs import LOGS
     from benchmarks.placement import write_section
-    from benchmarks.sim import LOGS, compare, markdown, plot, run_one, scale_markdown, tiled
+    from benchmarks.sim import (
+        compare,
+        markdown,
+        plot,
+        run_one,
+        scale_markdown,
+        side_by_side_markdown,
+        tiled,
+    )
     from predictor.swf import JobRecord, read_swf
 
     names = [n.strip() for n in logs.split(",") if n.strip()]
+    unknown = [n for n in names if n not in LOG_NAMES]
+    if unknown:
+        raise click.BadParameter(f"unknown log {unknown[0]!r}; use some of "
+                                 f"{', '.join(LOG_NAMES)}", param_hint="--logs")
     # A horizon sweep is a run of its own: the comparison table is not redone with it.
     result = {} if horizons else compare(
         Path(data), quick=quick, limit=1000 if quick else None,
@@ -160,6 +174,9 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
         write_section(Path(docs), "sim-horizon", horizon_markdown(
             sweep, f"arnold bench sim --logs {logs} --scale 0 --horizons {horizons}"))
     out: dict[str, Any] = {"runs": result, "scale": speed, "horizons": sweep}
+    if not quick and result:
+        write_section(Path(docs), "sim-logs", side_by_side_markdown(
+            result, f"arnold bench sim --logs {','.join(result)} --scale 0"))
     if not quick:
         for name, rows in result.items():
             picture = Path(docs).parent / f"sim-{name}.png"
@@ -193,8 +210,8 @@ def bench_fidelity(quick: bool, n_jobs: int, first: int, scale: float, data: str
     """A small log on the live cluster (arnold-sbatch + reserve sync) and in the simulator:
     how closely start order and waits agree (admin: it runs `arnold reserve sync`)."""
     from benchmarks.fidelity import FidelitySetup, markdown, run
+    from benchmarks.logs import LOGS
     from benchmarks.placement import write_section
-    from benchmarks.sim import LOGS
 
     log = Path(data) / LOGS[0].file
     if not log.exists():

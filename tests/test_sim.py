@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 
@@ -242,3 +244,117 @@ def test_start_order_agreement_counts_jobs_and_pairs() -> None:
     assert out["same_order_fraction"] == 0.75
     # b-c and b-d disagree; a-b, a-c, a-d agree
     assert out["pair_agreement"] == 0.6
+
+
+def _fed_predictor(name: str, jobs: int, per_day: int) -> tuple[object, list[int]]:
+    """An online predictor fed ``jobs`` synthetic jobs that end ``per_day`` a day; the
+    retrain count after each simulated day."""
+    from slurm_arnold.sim.predictors import OnlinePredictor
+
+    records = _jobs(jobs, seed=11)
+    workload = build_workload(records, gpus_per_node=8, gpus_per_proc=8, cluster_gpus=10**6,
+                              lpj_gpus=10**6)
+    pred = OnlinePredictor(name)
+    counts = []
+    for i, job in enumerate(workload.jobs):
+        day = i // per_day
+        job.start = day * 86400.0
+        job.end = job.start + job.runtime
+        pred.observe_submit(job, user_active=0, active=0, running=0)
+        pred.observe_end(job)
+        if (i + 1) % per_day == 0:
+            pred.maybe_retrain((day + 1) * 86400.0)
+            counts.append(pred.retrains)
+    return pred, counts
+
+
+def test_models_retrain_only_when_enough_new_jobs_ended() -> None:
+    from slurm_arnold.sim.predictors import RETRAIN_SHARE
+
+    # 40 jobs a day: a retrain needs max(100, 5% of the window) new ones, so every 3rd day
+    # once 200 have ended, never twice within one day's news.
+    pred, counts = _fed_predictor("model_q", 1200, 40)
+    assert pred.retrains >= 3  # type: ignore[attr-defined]
+    steps = [b - a for a, b in itertools.pairwise(counts)]
+    assert set(steps) <= {0, 1}
+    first = counts.index(1)
+    later = [i for i, s in enumerate(steps) if s == 1 and i >= first]
+    assert all(b - a >= 3 for a, b in itertools.pairwise(later))
+    assert 0 < RETRAIN_SHARE < 1
+
+
+def test_model_q_recalibrates_from_jobs_scored_out_of_sample() -> None:
+    import numpy as np
+
+    pred, counts = _fed_predictor("model_q", 1500, 50)
+    scores = pred.scores  # type: ignore[attr-defined]
+    # The first fit comes once 200 jobs (4 days) have ended; every job that ended after it
+    # was scored, at the next day's start, by a model that had not seen it.
+    assert counts.index(1) == 3
+    assert len(scores) == 1500 - 200
+    assert pred.delta == float(np.quantile(scores, 0.9, method="higher"))  # type: ignore
+
+
+def test_the_side_by_side_verdict_applies_each_rule() -> None:
+    from benchmarks.sim import verdict
+
+    base = {"policy": "slurm", "predictor": "requested", "mode": None, "lpj_mean_wait_h": 10.0,
+            "lpj_mean_weighted_spread": 2.0, "mean_wait_h": 5.0, "utilization": 0.80}
+    good = {"policy": "arnold", "predictor": "model_q", "mode": "share",
+            "lpj_mean_wait_h": 10.0, "lpj_mean_weighted_spread": 1.5, "mean_wait_h": 5.25,
+            "utilization": 0.79}
+    assert verdict([base, good])["passed"]  # type: ignore[index]
+    for key, value in (("lpj_mean_wait_h", 10.1), ("lpj_mean_weighted_spread", 2.0),
+                       ("mean_wait_h", 5.3), ("utilization", 0.789)):
+        bad = good | {key: value}
+        result = verdict([base, bad])
+        assert result is not None and not result["passed"], key
+    assert verdict([base]) is None
+
+
+def test_the_pay_for_itself_prefilter_is_exact_against_every_choice_of_nodes() -> None:
+    import random
+    from itertools import combinations
+
+    import numpy as np
+
+    from reservations.policy import _any_pays
+
+    rng = random.Random(4)
+    for _ in range(300):
+        drains = sorted(rng.choice([0, 0, 600, 1800, 3600, 7200, 9000]) + rng.random()
+                        for _ in range(rng.randint(2, 7)))
+        n = rng.randint(1, len(drains))
+        slurm_start = rng.uniform(0, 12000)
+        share = rng.choice([0.5, 1.0])
+        brute = any(n * (slurm_start - max(c)) >= share * sum(max(c) - d for d in c) - 1e-6
+                    for c in combinations(drains, n))
+        assert _any_pays(np.array(drains), n, slurm_start, share) == brute
+
+
+def test_a_reservation_that_idles_more_than_it_saves_is_not_made() -> None:
+    import numpy as np
+
+    from reservations.policy import choose_reservation
+    from slurm_arnold.placement import JobShape
+
+    topo = parse_topology(_tree(2, 2, 4))
+    names = sorted(topo.nodes)
+    shape = JobShape(8, 2, 2, 8)  # 4 nodes
+    # Three nodes idle now, the fourth drains in 2 h: reserving them idles 6 node-hours.
+    drain = np.full(len(names), 10 * 3600.0)
+    drain[:3] = 0.0
+    drain[3] = 2 * 3600.0
+    eligible = np.ones(len(names), dtype=bool)
+    kwargs = {"algo": "best-fit", "horizon_s": math.inf}
+    # Slurm would start it at 3 h: 4 nodes x 1 h saved < 6 idle node-hours.
+    assert choose_reservation(topo, names, drain, eligible, 0.0, shape, slurm_start=3 * 3600.0,
+                              **kwargs) is None  # type: ignore[arg-type]
+    # At 4 h it saves 8 node-hours: it pays.
+    choice = choose_reservation(topo, names, drain, eligible, 0.0, shape,
+                                slurm_start=4 * 3600.0, **kwargs)  # type: ignore[arg-type]
+    assert choice is not None and choice.idle_node_h == pytest.approx(6.0)
+    assert choice.saved_node_h == pytest.approx(8.0)
+    # Without a Slurm start to beat, the old rule reserves regardless.
+    assert choose_reservation(topo, names, drain, eligible, 0.0, shape,
+                              **kwargs) is not None  # type: ignore[arg-type]

@@ -31,6 +31,7 @@ alpha = 0.5. Under slurm the rank order is Megatron's default over tree-fit's no
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +66,15 @@ class SimSettings:
     placement_time_limit: float = 1.0
     spread_weight_h: float = 1.0
     reserve_horizon_h: float = 2.0
+    #: Reserve only where the LPJ's saving outweighs the idle node-hours (reservations.policy)
+    #: and, with ``lpj_keeps_place``, never on nodes backfill planned for the jobs ahead of
+    #: it. Both off by default: `arnold bench sim --variants` measures them against the
+    #: default on every log, and their worst case is worse (docs/sim.md).
+    pay_for_itself: bool = False
+    #: The share of a reservation's idle node-hours counted as its cost (the rest, admitted
+    #: short jobs are expected to fill).
+    idle_share: float = 1.0
+    lpj_keeps_place: bool = False
     replan_gain_s: float = 600.0
     quantile: float = 0.9
 
@@ -270,7 +280,7 @@ class Simulation:
                 # take nodes planned for the jobs ahead of it, now or by a reservation.
                 ahead = np.zeros(self.c.n, dtype=bool)
                 overlap = np.zeros(self.c.n, dtype=bool)
-                for p in plans_ahead():
+                for p in plans_ahead() if self.s.lpj_keeps_place else ():
                     ahead |= p.mask
                     if self.now + job.limit > p.start:
                         overlap |= p.mask
@@ -280,8 +290,8 @@ class Simulation:
                     continue
                 if job.index in self.res_of_job:
                     continue
-                if len(self.reservations) < self.s.max_reservations and self._reserve(job,
-                                                                                      ahead):
+                if len(self.reservations) < self.s.max_reservations and self._reserve(
+                        job, ahead, plans):
                     free_whole = int(np.count_nonzero(self.c.whole_free() & ~self.c.blocked))
                     free_gpus = int(self.c.free_gpus[~self.c.blocked].sum())
                     reserved_idle = True
@@ -385,15 +395,21 @@ class Simulation:
         self._drains[admitted] = drain
         return drain
 
-    def _reserve(self, job: SimJob, planned: np.ndarray | None = None) -> bool:
+    def _reserve(self, job: SimJob, planned: np.ndarray | None = None,
+                 plans: Sequence[_Plan] = ()) -> bool:
+        """Reserve nodes for LPJ ``job`` outside ``planned`` ones (held for the jobs ahead,
+        whose ``plans`` also set when Slurm would start it without a reservation)."""
         eligible = ~self.c.blocked if planned is None else ~self.c.blocked & ~planned
         if int(eligible.sum()) < job.nodes:
             return False  # other reservations hold too much; it waits for one to start
+        slurm_plan = self._plan(job, plans)
         choice = choose_reservation(
             self.c.topology, self.c.names, self._drain(), eligible, self.now, self._shape(job),
             algo=self.s.placement, alpha=self.s.alpha, time_limit=self.s.placement_time_limit,
             spread_weight_h=self.s.spread_weight_h, horizon_s=self.s.reserve_horizon_h * 3600,
-            placer=self.memo.place)
+            slurm_start=(slurm_plan.start if slurm_plan is not None else math.inf)
+            if self.s.pay_for_itself else None,
+            idle_share=self.s.idle_share, placer=self.memo.place)
         if choice is None:
             return False  # not imminent: holding nodes idle that long costs more than it buys
         nodes = np.array([self.c.index[n] for n in choice.nodes], dtype=np.int64)

@@ -44,6 +44,9 @@ from slurm_arnold.sim.jobs import SimJob
 RETRAIN_SHARE = 0.05
 #: Jobs held out of the first fit to calibrate it (later fits use out-of-sample scores).
 FIRST_HOLDOUT = 0.15
+#: LightGBM threads per replay: one, so replays run side by side (a sweep, a job array)
+#: without OpenMP threads spinning against each other on the same cores.
+THREADS = 1
 
 
 @dataclass
@@ -133,12 +136,14 @@ class OnlinePredictor:
         try:
             if self.name == "model":
                 self.offset_fallback = float(np.mean(y))
-                self.booster = fit_point(matrix, y, self.offset_fallback, rounds=self.rounds)
+                self.booster = fit_point(matrix, y, self.offset_fallback, rounds=self.rounds,
+                                         threads=THREADS)
             else:
                 if self.booster is None:
                     self._first_calibration(matrix, y, runtimes,
                                             np.array([j.limit for j in recent]))
-                self.booster = fit_upper(matrix, y, self.quantile, rounds=self.rounds)
+                self.booster = fit_upper(matrix, y, self.quantile, rounds=self.rounds,
+                                         threads=THREADS)
         except (ModelError, ValueError):  # pragma: no cover - LightGBM refused the data
             return
         self.trained_on = len(self.finished)
@@ -150,7 +155,8 @@ class OnlinePredictor:
                            limits: np.ndarray) -> None:
         """The first fit's delta: a model on the head of the window predicts its tail."""
         split = int(len(y) * (1 - FIRST_HOLDOUT))
-        early = fit_upper(matrix[:split], y[:split], self.quantile, rounds=self.rounds)
+        early = fit_upper(matrix[:split], y[:split], self.quantile, rounds=self.rounds,
+                          threads=THREADS)
         raw = np.asarray(early.predict(matrix[split:]), dtype=float)
         self.delta = conformal_delta(conformity_scores(raw, runtimes[split:], limits[split:]),
                                      self.quantile)
@@ -163,7 +169,7 @@ class OnlinePredictor:
             return
         jobs, self._unscored = self._unscored, []
         matrix = np.stack([self.rows[j.index] for j in jobs])
-        raw = np.asarray(self.booster.predict(matrix), dtype=float)
+        raw = np.asarray(self.booster.predict(matrix, num_threads=THREADS), dtype=float)
         runtimes = np.array([max(1.0, (j.end or 0) - (j.start or 0)) for j in jobs])
         self.scores.extend(conformity_scores(raw, runtimes,
                                              np.array([j.limit for j in jobs])).tolist())
@@ -186,7 +192,7 @@ class OnlinePredictor:
             raw = cached[1]
         else:
             row = self.rows[job.index][None, :]
-            raw = float(self.booster.predict(row)[0])
+            raw = float(self.booster.predict(row, num_threads=THREADS)[0])
             if self.name == "model":
                 base = row[0, FEATURES.index("u_last2")]
                 raw += self.offset_fallback if math.isnan(base) else float(base)
