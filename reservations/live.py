@@ -579,9 +579,10 @@ class Reserver:
                     with self.state.transaction() as db:
                         db["reservations"].update(name, {"lpj_held": 0})  # type: ignore
                 res = snap.reservations[name]
+                idle = self._idle_sample(snap, name, res.nodes)
                 with self.state.transaction() as db:
                     db["reservations"].update(name, {  # type: ignore[union-attr]
-                        "expected_start": self.expected_start(snap, predictor, res)})
+                        "expected_start": self.expected_start(snap, predictor, res)} | idle)
         # 2. Rows whose reservation Slurm no longer has.
         with self.state.transaction() as db:
             for row in db["reservations"].rows_where("state != 'released'"):
@@ -620,6 +621,18 @@ class Reserver:
                     self.admit(snap, predictor, job, "sync")
         return self.actions
 
+    def _idle_sample(self, snap: Snapshot, name: str, nodes: Sequence[str]) -> dict[str, Any]:
+        """The reservation's idle node-seconds so far: the nodes that ran nothing (no
+        admitted job, no job still draining) at the last sync, times the time since; and
+        this sync's count for the next. What the reservation costs everyone else."""
+        row = self._row(name) or {}
+        idle_now = sum(1 for n in nodes if not snap.busy.get(n))
+        last = row.get("idle_checked_at") or row.get("created_at") or snap.now
+        counted = row.get("idle_nodes")
+        total = float(row.get("idle_node_s") or 0.0) + (
+            idle_now if counted is None else counted) * max(0.0, snap.now - last)
+        return {"idle_node_s": total, "idle_nodes": idle_now, "idle_checked_at": snap.now}
+
     def _adopt(self, snap: Snapshot, name: str, lpj: JobInfo) -> None:
         res = snap.reservations[name]
         with self.state.transaction() as db:
@@ -657,6 +670,7 @@ class Reserver:
                 "expected_start": row.get("expected_start"),
                 "weighted_spread": row.get("weighted_spread"),
                 "state": row.get("state", "not recorded"),
+                "reserved_idle_node_h": round(float(row.get("idle_node_s") or 0.0) / 3600, 4),
                 "in_slurm": res is not None,
                 "admitted": sorted(j.job_id for j in snap.jobs.values()
                                    if j.reservation == name and j.job_id != lpj_of(name)),

@@ -118,15 +118,21 @@ def bench_predictor(quick: bool, size: int, data: str, docs: str, as_json: bool)
               help="Which shared logs to replay (each writes its own section).")
 @click.option("--horizons", default="",
               help="Instead, sweep the reservation horizon on --logs, e.g. 1,2,4 (hours).")
+@click.option("--variants", is_flag=True,
+              help="Instead, measure the policy variants (benchmarks.sim.VARIANTS) on --logs.")
+@click.option("--load", type=Finite(min=0.1, max=1.0), default=1.0, show_default=True,
+              help="With --variants: squeeze the logs' arrivals by this factor (0.9: a "
+                   "busier queue).")
 @json_option()
 def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons: str,
-              as_json: bool) -> None:
+              variants: bool, load: float, as_json: bool) -> None:
     """slurm vs arnold with every predictor and mode on the shared logs, and replay speed."""
     from benchmarks.logs import LOGS
     from benchmarks.placement import write_section
     from benchmarks.sim import (
         compare,
         markdown,
+        merge_side_by_side,
         plot,
         run_one,
         scale_markdown,
@@ -140,11 +146,11 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
     if unknown:
         raise click.BadParameter(f"unknown log {unknown[0]!r}; use some of "
                                  f"{', '.join(LOG_NAMES)}", param_hint="--logs")
-    # A horizon sweep is a run of its own: the comparison table is not redone with it.
-    result = {} if horizons else compare(
+    # A sweep is a run of its own: the comparison table is not redone with it.
+    result = {} if horizons or variants else compare(
         Path(data), quick=quick, limit=1000 if quick else None,
         progress=lambda what: click.echo(f"arnold: bench sim: {what}", err=True), logs=names)
-    if not result and names and not horizons:
+    if not result and names and not horizons and not variants:
         raise ArnoldError(f"no shared logs in {data}; pass --data DIR")
     speed = None
     if scale and not quick:
@@ -173,10 +179,24 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
                                                                err=True))
         write_section(Path(docs), "sim-horizon", horizon_markdown(
             sweep, f"arnold bench sim --logs {logs} --scale 0 --horizons {horizons}"))
-    out: dict[str, Any] = {"runs": result, "scale": speed, "horizons": sweep}
+    measured = None
+    if variants:
+        from benchmarks.sim import variant_sweep, variants_markdown
+
+        measured = variant_sweep(Path(data), names, load, progress=lambda what: click.echo(
+            f"arnold: bench sim: {what}", err=True), limit=1000 if quick else None)
+        if not quick:
+            suffix = "" if load == 1.0 else f"-x{load:g}"
+            write_section(Path(docs), f"sim-variants{suffix}", variants_markdown(
+                measured, f"arnold bench sim --logs {logs} --scale 0 --variants --load "
+                f"{load:g}", load))
+    out: dict[str, Any] = {"runs": result, "scale": speed, "horizons": sweep,
+                           "variants": measured}
     if not quick and result:
+        # Logs replayed by earlier runs keep their rows (a sidecar beside the docs).
+        merged = merge_side_by_side(Path(docs).with_name("sim-logs.json"), result)
         write_section(Path(docs), "sim-logs", side_by_side_markdown(
-            result, f"arnold bench sim --logs {','.join(result)} --scale 0"))
+            merged, "arnold bench sim --scale 0 --logs LOG (each log's latest run)"))
     if not quick:
         for name, rows in result.items():
             picture = Path(docs).parent / f"sim-{name}.png"

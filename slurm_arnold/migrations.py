@@ -81,12 +81,22 @@ def _create_bindings(db: sqlite_utils.Database) -> None:
     db["bindings"].create_index(["job_id"])  # type: ignore[union-attr]
 
 
+def _add_reservation_idle(db: sqlite_utils.Database) -> None:
+    # reservations/live.py: node-seconds a reservation's nodes ran nothing while its LPJ
+    # waited (sampled at each sync), and the last sample.
+    table = db["reservations"]
+    table.add_column("idle_node_s", float, not_null_default=0.0)  # type: ignore[union-attr]
+    table.add_column("idle_nodes", int)  # type: ignore[union-attr]
+    table.add_column("idle_checked_at", float)  # type: ignore[union-attr]
+
+
 #: Every schema step, in the order it is applied.
 STEPS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("0001_jobs", _create_jobs),
     ("0002_history", _create_history),
     ("0003_reservations", _create_reservations),
     ("0004_bindings", _create_bindings),
+    ("0005_reservation_idle", _add_reservation_idle),
 ]
 
 

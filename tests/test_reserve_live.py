@@ -178,11 +178,17 @@ def test_admission_by_prediction_cancel_and_idempotent_sync(slurm: Slurm,
     assert plan["imminent"] and plan["predictor"] == "requested"
     assert plan["source"] == "requested nodes" and plan["nodes"] == hostlist_of("n[041-064]")
     assert arnold(env, "reserve", "list").stdout.strip() == "no arnold reservations"  # a dry run
+    created = time.time()
     first = json.loads(arnold(env, "reserve", "sync", "--json").stdout)
     assert first == [f"created arnold_{lpj} on 24 nodes for job {lpj}",
                      f"bound job {lpj} to arnold_{lpj}"]
     assert set(ours(slurm)[f"arnold_{lpj}"].nodes) == set(plan["nodes"])
+    time.sleep(2)
     assert json.loads(arnold(env, "reserve", "sync", "--json").stdout) == []  # idempotent
+    # 16 reserved nodes ran nothing between the two syncs: what the reservation cost others.
+    idle_h = json.loads(arnold(env, "reserve", "list", "--json").stdout)[0][
+        "reserved_idle_node_h"]
+    assert 16 * 2 / 3600 <= idle_h <= 16 * (time.time() - created) / 3600
     # Blockers end by their 4-minute limits at the latest; a 1-minute job fits before, a
     # 10-minute one does not.
     short = sbatch("-N1", "--exclusive", "--gres=gpu:8", "--time=1", "--wrap", "sleep 3")

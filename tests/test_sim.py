@@ -358,3 +358,31 @@ def test_a_reservation_that_idles_more_than_it_saves_is_not_made() -> None:
     # Without a Slurm start to beat, the old rule reserves regardless.
     assert choose_reservation(topo, names, drain, eligible, 0.0, shape,
                               **kwargs) is not None  # type: ignore[arg-type]
+
+
+def test_bench_sim_variants_quick() -> None:
+    if not KTH.exists():
+        pytest.skip(f"{KTH} is absent (the shared data is not beside this checkout)")
+    from benchmarks.sim import VARIANTS
+
+    result = CliRunner().invoke(main, ["bench", "sim", "--quick", "--variants", "--logs",
+                                       "KTH", "--load", "0.9", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["variants"]["KTH"]
+    assert [r["variant"] for r in rows] == ["slurm", "default", *VARIANTS]
+    assert [r["policy"] for r in rows] == ["slurm"] + ["arnold"] * (len(VARIANTS) + 1)
+
+
+def test_arrivals_scaled_squeezes_submits_and_keeps_run_times() -> None:
+    from benchmarks.sim import arrivals_scaled
+
+    records = [_record(i, 1000 + 100 * i, 1, 50, 60) for i in range(5)]
+    squeezed = arrivals_scaled(records, 0.5)
+    assert [r.submit for r in squeezed] == [1000, 1050, 1100, 1150, 1200]
+    assert [(r.end or 0) - (r.start or 0) for r in squeezed] == [50] * 5
+    assert arrivals_scaled(records, 1.0) == records
+
+
+def test_bench_sim_rejects_an_unknown_log() -> None:
+    result = CliRunner().invoke(main, ["bench", "sim", "--logs", "KTH,Mars"])
+    assert result.exit_code == 2 and "Mars" in result.output

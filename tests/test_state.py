@@ -10,7 +10,8 @@ import pytest
 from slurm_arnold.errors import StateError
 from slurm_arnold.state import StateDB
 
-ALL_MIGRATIONS = ["0001_jobs", "0002_history", "0003_reservations", "0004_bindings"]
+ALL_MIGRATIONS = ["0001_jobs", "0002_history", "0003_reservations", "0004_bindings",
+                  "0005_reservation_idle"]
 
 
 def test_new_database_is_wal_and_migrated(tmp_path: Path) -> None:
@@ -104,3 +105,16 @@ def test_arnold_sbatch_starts_without_numpy_or_sqlite_utils() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_a_database_from_before_idle_accounting_gains_its_columns(tmp_path: Path) -> None:
+    db = StateDB(tmp_path / "arnold.db")
+    db.db.table("reservations").insert({"name": "arnold_7", "lpj_job_id": 7, "state": "active"})
+    # As the previous release left it: no idle columns, the step not applied.
+    db.conn.execute("DELETE FROM _sqlite_migrations WHERE name = '0005_reservation_idle'")
+    for column in ("idle_node_s", "idle_nodes", "idle_checked_at"):
+        db.conn.execute(f"ALTER TABLE reservations DROP COLUMN {column}")
+    db.close()
+    again = StateDB(tmp_path / "arnold.db")
+    row = again.db.table("reservations").get("arnold_7")
+    assert row["idle_node_s"] == 0.0 and row["idle_nodes"] is None and row["lpj_job_id"] == 7
