@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.logs import CURIE_JOBS, HPC2N_JOBS, LOG_NAMES, LOGS, LogSetup
+from benchmarks.sim_array import RunSpec
 from predictor.swf import JobRecord, read_swf
 from slurm_arnold.sim.cluster import SimCluster
 from slurm_arnold.sim.engine import SimSettings, simulate
@@ -93,25 +94,50 @@ def read_log(data_dir: Path, setup: LogSetup, limit: int | None = None) -> list[
     return [r for r in read_swf(data_dir / setup.file) if isinstance(r, JobRecord)][:cut]
 
 
+def comparison_specs(data_dir: Path, quick: bool = False, limit: int | None = None,
+                     logs: Sequence[str] = LOG_NAMES) -> list[RunSpec]:
+    """The runs of each shared log that is present: ``RUNS`` on KTH, ``CORE_RUNS`` on the
+    others (``QUICK_RUNS`` everywhere with ``quick``), each log cut at ``limit`` or at its
+    own ``jobs``."""
+    specs = []
+    for setup in LOGS:
+        if not (data_dir / setup.file).exists() or setup.name not in logs:
+            continue
+        runs = QUICK_RUNS if quick else RUNS if setup.name == "KTH" else CORE_RUNS
+        specs += [RunSpec(setup.name, policy, predictor, mode, str(data_dir), limit)
+                  for policy, predictor, mode in runs]
+    return specs
+
+
+def run_specs(specs: Sequence[RunSpec], progress: Callable[[str], None] | None = None,
+              ) -> list[dict[str, Any]]:
+    """Each replay in this process, in order (each log is read once)."""
+    from benchmarks.sim_array import run_spec
+
+    out = []
+    for spec in specs:
+        if progress:
+            progress(f"{spec.log} x{spec.load:g} {spec.policy} {spec.predictor} "
+                     f"{spec.tag or spec.mode}")
+        out.append(run_spec(spec))
+    return out
+
+
+def by_log(specs: Sequence[RunSpec], results: Sequence[dict[str, Any]],
+           ) -> dict[str, list[dict[str, Any]]]:
+    """The results grouped per log, in the specs' order."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for spec, result in zip(specs, results, strict=True):
+        out.setdefault(spec.log, []).append(result)
+    return out
+
+
 def compare(data_dir: Path, quick: bool = False, limit: int | None = None,
             progress: Callable[[str], None] | None = None,
             logs: Sequence[str] = LOG_NAMES) -> dict[str, list[dict[str, Any]]]:
-    """The runs of each shared log that is present: ``RUNS`` on KTH, ``CORE_RUNS`` on the
-    others (``QUICK_RUNS`` everywhere with ``quick``), each log cut at its ``jobs``."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for setup in LOGS:
-        path = data_dir / setup.file
-        if not path.exists() or setup.name not in logs:
-            continue
-        records = read_log(data_dir, setup, limit)
-        rows = []
-        runs = QUICK_RUNS if quick else RUNS if setup.name == "KTH" else CORE_RUNS
-        for policy, predictor, mode in runs:
-            if progress:
-                progress(f"{setup.name} {policy} {predictor} {mode}")
-            rows.append(run_one(records, setup, policy, predictor, mode))
-        out[setup.name] = rows
-    return out
+    """``comparison_specs`` replayed here, grouped per log."""
+    specs = comparison_specs(data_dir, quick, limit, logs)
+    return by_log(specs, run_specs(specs, progress))
 
 
 def verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
@@ -200,25 +226,27 @@ def arrivals_scaled(records: Sequence[JobRecord], load: float) -> list[JobRecord
     return [replace(r, submit=first + round((r.submit - first) * load)) for r in records]
 
 
-def variant_sweep(data_dir: Path, logs: Sequence[str], load: float = 1.0,
-                  progress: Callable[[str], None] | None = None, limit: int | None = None,
-                  ) -> dict[str, list[dict[str, Any]]]:
-    """slurm, arnold (model_q, share) at default settings, and each of ``VARIANTS``
-    (``limit``: only the first jobs of each log)."""
-    out: dict[str, list[dict[str, Any]]] = {}
+def variant_specs(data_dir: Path, logs: Sequence[str], load: float = 1.0,
+                  limit: int | None = None) -> list[RunSpec]:
+    """slurm, arnold (model_q, share) at default settings, and each of ``VARIANTS``, on each
+    log (``limit``: only its first jobs; ``load``: arrivals squeezed)."""
+    specs = []
     for setup in LOGS:
         if not (data_dir / setup.file).exists() or setup.name not in logs:
             continue
-        records = arrivals_scaled(read_log(data_dir, setup, limit), load)
-        rows = [run_one(records, setup, *BASELINE) | {"variant": "slurm"},
-                run_one(records, setup, *CANDIDATE) | {"variant": "default"}]
-        for name, overrides in VARIANTS.items():
-            if progress:
-                progress(f"{setup.name} x{load:g} {name}")
-            rows.append(run_one(records, setup, *CANDIDATE, overrides=overrides)
-                        | {"variant": name})
-        out[setup.name] = rows
-    return out
+        runs = [(BASELINE, {}, "slurm"), (CANDIDATE, {}, "default"),
+                *((CANDIDATE, overrides, name) for name, overrides in VARIANTS.items())]
+        specs += [RunSpec(setup.name, *run, data_dir=str(data_dir), limit=limit, load=load,
+                          overrides=overrides, tag=tag) for run, overrides, tag in runs]
+    return specs
+
+
+def variant_sweep(data_dir: Path, logs: Sequence[str], load: float = 1.0,
+                  progress: Callable[[str], None] | None = None, limit: int | None = None,
+                  ) -> dict[str, list[dict[str, Any]]]:
+    """``variant_specs`` replayed here, grouped per log."""
+    specs = variant_specs(data_dir, logs, load, limit)
+    return by_log(specs, run_specs(specs, progress))
 
 
 def variants_markdown(result: dict[str, list[dict[str, Any]]], command: str,

@@ -123,18 +123,27 @@ def bench_predictor(quick: bool, size: int, data: str, docs: str, as_json: bool)
 @click.option("--load", type=Finite(min=0.1, max=1.0), default=1.0, show_default=True,
               help="With --variants: squeeze the logs' arrivals by this factor (0.9: a "
                    "busier queue).")
+@click.option("--slurm", "on_slurm", is_flag=True,
+              help="Run the comparison's or the variants' replays as a Slurm job array on "
+                   "this cluster (results gathered into the same tables).")
+@click.option("--workdir", type=click.Path(file_okay=False), default=None,
+              help="With --slurm: where the tasks read their runs and write results (must "
+                   "be readable on the nodes).  [default: a new directory here]")
 @json_option()
 def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons: str,
-              variants: bool, load: float, as_json: bool) -> None:
+              variants: bool, load: float, on_slurm: bool, workdir: str | None,
+              as_json: bool) -> None:
     """slurm vs arnold with every predictor and mode on the shared logs, and replay speed."""
     from benchmarks.logs import LOGS
     from benchmarks.placement import write_section
     from benchmarks.sim import (
-        compare,
+        by_log,
+        comparison_specs,
         markdown,
         merge_side_by_side,
         plot,
         run_one,
+        run_specs,
         scale_markdown,
         side_by_side_markdown,
         tiled,
@@ -146,10 +155,30 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
     if unknown:
         raise click.BadParameter(f"unknown log {unknown[0]!r}; use some of "
                                  f"{', '.join(LOG_NAMES)}", param_hint="--logs")
+    if on_slurm and horizons:
+        raise click.UsageError("--slurm runs the comparison or --variants, not --horizons")
+
+    def say(what: str) -> None:
+        click.echo(f"arnold: bench sim: {what}", err=True)
+
+    def replay(specs: list[Any]) -> dict[str, list[dict[str, Any]]]:
+        """The specs' results per log: here, or as a job array with --slurm."""
+        if not on_slurm:
+            return by_log(specs, run_specs(specs, say))
+        import tempfile
+
+        from benchmarks.sim_array import run_array
+        from slurm_arnold.slurm import Slurm
+
+        slurm = Slurm()
+        slurm.require_config()
+        where = Path(workdir) if workdir else Path(tempfile.mkdtemp(
+            prefix="arnold-bench-sim-", dir=Path.cwd()))
+        return by_log(specs, run_array(specs, slurm, where, progress=say))
+
     # A sweep is a run of its own: the comparison table is not redone with it.
-    result = {} if horizons or variants else compare(
-        Path(data), quick=quick, limit=1000 if quick else None,
-        progress=lambda what: click.echo(f"arnold: bench sim: {what}", err=True), logs=names)
+    result = {} if horizons or variants else replay(comparison_specs(
+        Path(data), quick=quick, limit=1000 if quick else None, logs=names))
     if not result and names and not horizons and not variants:
         raise ArnoldError(f"no shared logs in {data}; pass --data DIR")
     speed = None
@@ -181,10 +210,9 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
             sweep, f"arnold bench sim --logs {logs} --scale 0 --horizons {horizons}"))
     measured = None
     if variants:
-        from benchmarks.sim import variant_sweep, variants_markdown
+        from benchmarks.sim import variant_specs, variants_markdown
 
-        measured = variant_sweep(Path(data), names, load, progress=lambda what: click.echo(
-            f"arnold: bench sim: {what}", err=True), limit=1000 if quick else None)
+        measured = replay(variant_specs(Path(data), names, load, 1000 if quick else None))
         if not quick:
             suffix = "" if load == 1.0 else f"-x{load:g}"
             write_section(Path(docs), f"sim-variants{suffix}", variants_markdown(

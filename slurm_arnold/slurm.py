@@ -554,6 +554,23 @@ class Slurm:
             raise SlurmOutputError(f"sbatch --parsable printed {proc.stdout.strip()!r}")
         return int(first)
 
+    def unfinished_tasks(self, job_id: int) -> int:
+        """How many tasks of job (array) ``job_id`` are not finished yet (squeue lists a job
+        array's pending tasks as one line, ``ID_[a-b]``, counted here as their number)."""
+        proc = self.run(["squeue", "--noheader", f"--jobs={job_id}",
+                         f"--states={_SQUEUE_UNFINISHED}", "--format=%i"], check=False)
+        if proc.returncode != 0:  # slurmctld no longer knows the job: nothing left
+            return 0
+        count = 0
+        for line in proc.stdout.split():
+            task = line.partition("_")[2]
+            if task.startswith("["):  # [0-7] or [2,4-7%2] (at most 2 at once)
+                inner = task.strip("[]").split("%")[0]
+                count += len(hostlist.expand_hostlist(f"t[{inner}]"))
+            else:
+                count += 1
+        return count
+
     def test_only(self, args: Sequence[str]) -> list[str]:
         """The nodes slurmctld would give a job now (``sbatch --test-only``), in its order.
 
