@@ -115,11 +115,12 @@ def run_specs(specs: Sequence[RunSpec], progress: Callable[[str], None] | None =
     from benchmarks.sim_array import run_spec
 
     out = []
+    logs: dict[tuple[str, str, int | None, float], Any] = {}
     for spec in specs:
         if progress:
             progress(f"{spec.log} x{spec.load:g} {spec.policy} {spec.predictor} "
                      f"{spec.tag or spec.mode}")
-        out.append(run_spec(spec))
+        out.append(run_spec(spec, logs))
     return out
 
 

@@ -40,13 +40,20 @@ class RunSpec:
     tag: str | None = None
 
 
-def run_spec(spec: RunSpec) -> dict[str, Any]:
-    """Replay ``spec`` here; the metrics of ``benchmarks.sim.run_one`` (plus its tag)."""
+def run_spec(spec: RunSpec, logs: dict[tuple[str, str, int | None, float], Any] | None = None,
+             ) -> dict[str, Any]:
+    """Replay ``spec`` here; the metrics of ``benchmarks.sim.run_one`` (plus its tag).
+    ``logs`` keeps the logs read so far, for a caller that replays several."""
     from benchmarks.logs import LOGS
     from benchmarks.sim import arrivals_scaled, read_log, run_one
 
     setup = next(s for s in LOGS if s.name == spec.log)
-    records = arrivals_scaled(read_log(Path(spec.data_dir), setup, spec.limit), spec.load)
+    key = (spec.log, spec.data_dir, spec.limit, spec.load)
+    records = (logs or {}).get(key)
+    if records is None:
+        records = arrivals_scaled(read_log(Path(spec.data_dir), setup, spec.limit), spec.load)
+        if logs is not None:
+            logs[key] = records
     result = run_one(records, setup, spec.policy, spec.predictor, spec.mode,
                      overrides=spec.overrides or None)
     return result | ({"variant": spec.tag} if spec.tag is not None else {})
