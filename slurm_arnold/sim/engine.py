@@ -68,8 +68,10 @@ class SimSettings:
     reserve_horizon_h: float = 2.0
     #: Reserve only where the LPJ's saving outweighs the idle node-hours (reservations.policy)
     #: and, with ``lpj_keeps_place``, never on nodes backfill planned for the jobs ahead of
-    #: it. Both off by default: `arnold bench sim --variants` measures them against the
-    #: default on every log, and their worst case is worse (docs/sim.md).
+    #: it. Both off by default; `arnold bench sim --variants` measures them on every log
+    #: (docs/sim.md: keeping the place is worse everywhere; paying for itself with an idle
+    #: share of 0.25 has the better worst case and becomes the default once the side-by-side
+    #: tables are rerun with it).
     pay_for_itself: bool = False
     #: The share of a reservation's idle node-hours counted as its cost (the rest, admitted
     #: short jobs are expected to fill).
