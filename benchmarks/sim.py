@@ -133,14 +133,6 @@ def by_log(specs: Sequence[RunSpec], results: Sequence[dict[str, Any]],
     return out
 
 
-def compare(data_dir: Path, quick: bool = False, limit: int | None = None,
-            progress: Callable[[str], None] | None = None,
-            logs: Sequence[str] = LOG_NAMES) -> dict[str, list[dict[str, Any]]]:
-    """``comparison_specs`` replayed here, grouped per log."""
-    specs = comparison_specs(data_dir, quick, limit, logs)
-    return by_log(specs, run_specs(specs, progress))
-
-
 def verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """The acceptance rules for one log: arnold/model_q/share against slurm/requested. LPJs'
     mean wait no longer and their spread lower; everyone's mean wait at most 5% longer;
@@ -159,6 +151,12 @@ def verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         "utilization": ours["utilization"] >= base["utilization"] - 0.01,
     }
     return {"slurm": base, "arnold": ours, "checks": checks, "passed": all(checks.values())}
+
+
+def _rules_text(v: dict[str, Any]) -> str:
+    """A verdict in a table cell: "all met" or the rules missed."""
+    failed = [k for k, ok in v["checks"].items() if not ok]
+    return "all met" if not failed else "missed: " + ", ".join(failed)
 
 
 def merge_side_by_side(path: Path, result: dict[str, list[dict[str, Any]]],
@@ -195,7 +193,6 @@ def side_by_side_markdown(result: dict[str, list[dict[str, Any]]], command: str)
         if v is None:
             continue
         b, a = v["slurm"], v["arnold"]
-        failed = [k for k, ok in v["checks"].items() if not ok]
         lines.append(
             f"| {log} | {a['jobs']:,} | {a['lpjs']} | {b['lpj_mean_wait_h']:.2f} / "
             f"{a['lpj_mean_wait_h']:.2f} (x{_ratio(a['lpj_mean_wait_h'], b['lpj_mean_wait_h'])})"
@@ -204,7 +201,7 @@ def side_by_side_markdown(result: dict[str, list[dict[str, Any]]], command: str)
             f"(x{_ratio(a['mean_wait_h'], b['mean_wait_h'])}) | {b['utilization']:.3f} / "
             f"{a['utilization']:.3f} | {a['reserved_idle_node_h']:.0f} | "
             f"{a['predictor_mae_log']} / {a['predictor_coverage']} | {a['seconds']} | "
-            + ("all met" if not failed else "missed: " + ", ".join(failed)) + " |")
+            f"{_rules_text(v)} |")
     return "\n".join(lines)
 
 
@@ -242,14 +239,6 @@ def variant_specs(data_dir: Path, logs: Sequence[str], load: float = 1.0,
     return specs
 
 
-def variant_sweep(data_dir: Path, logs: Sequence[str], load: float = 1.0,
-                  progress: Callable[[str], None] | None = None, limit: int | None = None,
-                  ) -> dict[str, list[dict[str, Any]]]:
-    """``variant_specs`` replayed here, grouped per log."""
-    specs = variant_specs(data_dir, logs, load, limit)
-    return by_log(specs, run_specs(specs, progress))
-
-
 def variants_markdown(result: dict[str, list[dict[str, Any]]], command: str,
                       load: float) -> str:
     """The variants section: each against slurm in the same run, with the rules' verdict."""
@@ -265,15 +254,13 @@ def variants_markdown(result: dict[str, list[dict[str, Any]]], command: str,
         for r in rows[1:]:
             v = verdict([base, r])
             assert v is not None
-            failed = [k for k, ok in v["checks"].items() if not ok]
             lines.append(
                 f"| {log} | {r['variant']} | "
                 f"x{_ratio(r['lpj_mean_wait_h'], base['lpj_mean_wait_h'])} | "
                 f"x{_ratio(r['lpj_mean_weighted_spread'], base['lpj_mean_weighted_spread'])}"
                 f" | x{_ratio(r['mean_wait_h'], base['mean_wait_h'])} | "
                 f"{r['utilization'] - base['utilization']:+.3f} | "
-                f"{r['reserved_idle_node_h']:.0f} | {r['reservations']} | "
-                + ("all met" if not failed else "missed: " + ", ".join(failed)) + " |")
+                f"{r['reserved_idle_node_h']:.0f} | {r['reservations']} | {_rules_text(v)} |")
     return "\n".join(lines)
 
 

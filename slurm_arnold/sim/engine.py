@@ -73,8 +73,8 @@ class SimSettings:
     #: share of 0.25 has the better worst case and becomes the default once the side-by-side
     #: tables are rerun with it).
     pay_for_itself: bool = False
-    #: The share of a reservation's idle node-hours counted as its cost (the rest, admitted
-    #: short jobs are expected to fill).
+    #: The share of a reservation's idle node-hours counted as its cost (a setting, chosen by
+    #: the variants bench; not a measured fill by admitted jobs).
     idle_share: float = 1.0
     lpj_keeps_place: bool = False
     replan_gain_s: float = 600.0
@@ -278,8 +278,8 @@ class Simulation:
 
         for job in list(self.queue[: self.s.depth]):
             if self.s.policy == "arnold" and job.lpj:
-                # An LPJ keeps its place in the queue: like any backfilled job it may not
-                # take nodes planned for the jobs ahead of it, now or by a reservation.
+                # With lpj_keeps_place, like any backfilled job it may not take nodes
+                # planned for the jobs ahead of it, now or by a reservation.
                 ahead = np.zeros(self.c.n, dtype=bool)
                 overlap = np.zeros(self.c.n, dtype=bool)
                 for p in plans_ahead() if self.s.lpj_keeps_place else ():
@@ -404,14 +404,15 @@ class Simulation:
         eligible = ~self.c.blocked if planned is None else ~self.c.blocked & ~planned
         if int(eligible.sum()) < job.nodes:
             return False  # other reservations hold too much; it waits for one to start
-        slurm_plan = self._plan(job, plans)
+        slurm_start = None
+        if self.s.pay_for_itself:
+            slurm_plan = self._plan(job, plans)
+            slurm_start = slurm_plan.start if slurm_plan is not None else math.inf
         choice = choose_reservation(
             self.c.topology, self.c.names, self._drain(), eligible, self.now, self._shape(job),
             algo=self.s.placement, alpha=self.s.alpha, time_limit=self.s.placement_time_limit,
             spread_weight_h=self.s.spread_weight_h, horizon_s=self.s.reserve_horizon_h * 3600,
-            slurm_start=(slurm_plan.start if slurm_plan is not None else math.inf)
-            if self.s.pay_for_itself else None,
-            idle_share=self.s.idle_share, placer=self.memo.place)
+            slurm_start=slurm_start, idle_share=self.s.idle_share, placer=self.memo.place)
         if choice is None:
             return False  # not imminent: holding nodes idle that long costs more than it buys
         nodes = np.array([self.c.index[n] for n in choice.nodes], dtype=np.int64)

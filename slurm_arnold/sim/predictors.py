@@ -29,7 +29,6 @@ import numpy as np
 from predictor.features import FEATURES, UserHistory, Vocabulary, fill_row
 from predictor.model import (
     CALIBRATION_WINDOW,
-    ModelError,
     conformal_delta,
     conformity_scores,
     fit_point,
@@ -133,19 +132,16 @@ class OnlinePredictor:
         matrix = np.stack([self.rows[j.index] for j in recent])
         runtimes = np.array([max(1.0, (j.end or 0) - (j.start or 0)) for j in recent])
         y = log_seconds(runtimes)
-        try:
-            if self.name == "model":
-                self.offset_fallback = float(np.mean(y))
-                self.booster = fit_point(matrix, y, self.offset_fallback, rounds=self.rounds,
-                                         threads=THREADS)
-            else:
-                if self.booster is None:
-                    self._first_calibration(matrix, y, runtimes,
-                                            np.array([j.limit for j in recent]))
-                self.booster = fit_upper(matrix, y, self.quantile, rounds=self.rounds,
-                                         threads=THREADS)
-        except (ModelError, ValueError):  # pragma: no cover - LightGBM refused the data
-            return
+        if self.name == "model":
+            self.offset_fallback = float(np.mean(y))
+            self.booster = fit_point(matrix, y, self.offset_fallback, rounds=self.rounds,
+                                     threads=THREADS)
+        else:
+            if self.booster is None:
+                self._first_calibration(matrix, y, runtimes,
+                                        np.array([j.limit for j in recent]))
+            self.booster = fit_upper(matrix, y, self.quantile, rounds=self.rounds,
+                                     threads=THREADS)
         self.trained_on = len(self.finished)
         self.version += 1
         self.retrains += 1
