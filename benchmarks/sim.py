@@ -208,10 +208,9 @@ def side_by_side_markdown(result: dict[str, list[dict[str, Any]]], command: str)
 #: Policy variants ``arnold bench sim --variants`` measures against the default, each as
 #: settings of ``SimSettings`` (see docs/sim.md for what each one does).
 VARIANTS: dict[str, dict[str, Any]] = {
-    "pay for itself": {"pay_for_itself": True},
-    "pay for itself, idle 25%": {"pay_for_itself": True, "idle_share": 0.25},
+    "horizon only": {"pay_for_itself": False},
+    "pay for itself, idle 100%": {"idle_share": 1.0},
     "LPJ keeps its place": {"lpj_keeps_place": True},
-    "both": {"pay_for_itself": True, "lpj_keeps_place": True},
 }
 
 

@@ -70,8 +70,9 @@ def _reservation_log() -> list[JobRecord]:
 
 
 def test_share_mode_admits_and_the_misprediction_delays_the_lpj() -> None:
+    # The reservation mechanism itself: made even though it cannot pay (see below).
     sim = _sim(_reservation_log(), _tree(2, 1, 2), lpj_gpus=32, policy="arnold",
-               predictor="last2", mode="share")
+               predictor="last2", mode="share", pay_for_itself=False)
     result = sim.run()
     lpj, admitted, refused = sim.jobs[2], sim.jobs[3], sim.jobs[4]
     assert admitted.start == 20 and admitted.end == 110 and admitted.admitted_to == 0
@@ -90,7 +91,7 @@ def test_share_mode_admits_and_the_misprediction_delays_the_lpj() -> None:
 
 def test_shrink_mode_ends_the_mispredicted_job_and_the_lpj_starts_on_time() -> None:
     sim = _sim(_reservation_log(), _tree(2, 1, 2), lpj_gpus=32, policy="arnold",
-               predictor="last2", mode="shrink")
+               predictor="last2", mode="shrink", pay_for_itself=False)
     result = sim.run()
     lpj, admitted = sim.jobs[2], sim.jobs[3]
     assert admitted.start == 20 and admitted.end == 100 and admitted.killed
@@ -99,6 +100,28 @@ def test_shrink_mode_ends_the_mispredicted_job_and_the_lpj_starts_on_time() -> N
     assert result["reserved_idle_node_h"] == pytest.approx((2 * 10 + 1 * 80) / 3600, abs=1e-6)
     slurm = _sim(_reservation_log(), _tree(2, 1, 2), lpj_gpus=32, policy="slurm").run()
     assert slurm["reserved_idle_node_h"] == 0
+
+
+@pytest.mark.parametrize(("j1_limit", "reserved"), [(100, False), (1000, True)])
+def test_by_default_a_reservation_is_made_only_where_it_beats_slurms_plan(
+        j1_limit: int, reserved: bool) -> None:
+    # J1's limit decides Slurm's plan for the LPJ (J1's end by its limit); the oracle expects
+    # the LPJ at 100. Limit 100: reserving saves nothing, so the pool is not drained and J4
+    # waits behind the LPJ as under Slurm. Limit 1000: it saves 4 nodes x 900 s against 170
+    # idle node-seconds, so it is made and J4 (10 s) is admitted into it.
+    log = [_record(0, 0, 1, 5, 60, "u2"), _record(1, 0, 2, 100, j1_limit, "u0"),
+           _record(2, 10, 4, 50, 100, "u1"), _record(3, 20, 1, 90, 200, "u2"),
+           _record(4, 30, 1, 10, 200, "u3")]
+    sim = _sim(log, _tree(2, 1, 2), lpj_gpus=32, policy="arnold", predictor="oracle",
+               mode="share")
+    result = sim.run()
+    assert sim.jobs[2].start == 100
+    assert (result["reserved_idle_node_h"] > 0) == reserved
+    assert result["backfilled_in_reservations"] == int(reserved)
+    assert sim.jobs[4].start == (30 if reserved else 150)
+    forced = _sim(log, _tree(2, 1, 2), lpj_gpus=32, policy="arnold", predictor="oracle",
+                  mode="share", pay_for_itself=False).run()
+    assert forced["reserved_idle_node_h"] > 0
 
 
 def _check_conservation(sim: Simulation, result: dict[str, object]) -> None:
