@@ -7,6 +7,16 @@ STAMP := $(VENV)/.installed
 APT_PACKAGES := munge slurmctld slurmd slurmdbd slurm-client libslurm-dev mariadb-server \
 	mariadb-client python3 python3-venv python3-dev gcc make libgomp1 clang libclang-rt-dev
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+# Which Slurm the local cluster runs: 22.05 (Debian 12's, the host's packages) or 26.05
+# (Debian unstable's, installed into a debootstrap root; see site_config/devcluster).
+SLURM ?= 22.05
+ifeq ($(SLURM),22.05)
+ENV_FILE := devcluster.env
+else
+ENV_FILE := devcluster-$(SLURM).env
+APT_PACKAGES += debootstrap patchelf
+endif
+DEVCLUSTER := python3 site_config/devcluster/devcluster.py --slurm $(SLURM)
 
 .PHONY: help system spank venv cluster cluster-down cluster-status test lint fuzz demo clean
 
@@ -15,6 +25,7 @@ help:
 	@echo "make test          set up, start the local cluster, run ruff, mypy and the tests"
 	@echo "make cluster       start the local Slurm cluster (idempotent); then: source devcluster.env"
 	@echo "make cluster-down  stop it"
+	@echo "SLURM=26.05        with any of these: the lane of Slurm 26.05 (source devcluster-26.05.env)"
 
 # Debian packages: installed only when one is missing (apt-get needs root).
 system:
@@ -38,16 +49,20 @@ $(STAMP): pyproject.toml | system
 	@touch $(STAMP)
 
 spank: system
+ifeq ($(SLURM),22.05)
 	$(MAKE) -C spank
+else
+	root=$$($(DEVCLUSTER) root) && $(MAKE) -C spank SLURM_ROOT=$$root SLURM_VERSION=$(SLURM)
+endif
 
 cluster: system spank
-	python3 site_config/devcluster/devcluster.py up
+	$(DEVCLUSTER) up
 
 cluster-down:
-	python3 site_config/devcluster/devcluster.py down
+	$(DEVCLUSTER) down
 
 cluster-status:
-	python3 site_config/devcluster/devcluster.py status
+	$(DEVCLUSTER) status
 
 lint: venv
 	$(VENV)/bin/ruff check .
@@ -59,11 +74,13 @@ fuzz: system
 	$(MAKE) -C spank fuzz FUZZ_SECONDS=$(FUZZ_SECONDS)
 
 test: venv cluster lint fuzz
-	source ./devcluster.env && $(VENV)/bin/pytest -q
+	source ./$(ENV_FILE) && $(VENV)/bin/pytest -q
 
 demo: venv cluster
-	source ./devcluster.env && bash site_config/devcluster/demo.sh
+	source ./$(ENV_FILE) && bash site_config/devcluster/demo.sh
 
 clean: cluster-down
 	@# .devcluster may be a symlink to /var/tmp (a checkout others cannot reach): remove both.
 	rm -rf "$$(readlink -f .devcluster)" .devcluster devcluster.env
+	$(MAKE) cluster-down SLURM=26.05
+	rm -rf "$$(readlink -f .devcluster-26.05)" .devcluster-26.05 devcluster-26.05.env

@@ -14,12 +14,24 @@ installed into ``.devcluster/lib``, slurm-arnold into ``.devcluster/venv`` (made
 itself is not reachable by other users (a directory above it lacks o+x), ``.devcluster`` is a
 symlink to ``/var/tmp/arnold-dev-<hash>``, so the cluster's files still are.
 
+Two lanes of Slurm, which can run side by side: Debian 12's 22.05 (the host's packages; the
+default) and Debian unstable's 26.05 (``--slurm 26.05``), whose packages are installed into a
+Debian unstable root made once with ``debootstrap`` (``ARNOLD_DEV_SID_ROOT``, default
+``/var/cache/slurm-arnold/sid-root``) and run *on the host*: its programs are patched to use
+the root's own dynamic loader and libraries (``patch_root``), linked from
+``.devcluster-26.05/slurm-bin`` (first on PATH after ``source devcluster-26.05.env``) and
+``.devcluster-26.05/bin``, with ``PluginDir`` pointing into the root. No chroot: jobs see the
+host's files and users, and every Unix user can run the commands. Each lane has its own directory, ports, munge key, job
+ids, ``arnold.toml`` and state directory.
+
 Standard library only: it runs before the project's virtual environment exists.
 
-Usage: devcluster.py up | down | status
+Usage: devcluster.py [--slurm 22.05|26.05] up | down | status | root
+  (the lane may also come from ARNOLD_DEV_SLURM; ``root`` makes the 26.05 root if missing and
+  prints its path)
 Size: ARNOLD_DEV_MINIPODS (4), ARNOLD_DEV_LEAVES (leaves per minipod, 4),
 ARNOLD_DEV_NODES (nodes per leaf, 4), ARNOLD_DEV_GPUS (GPUs per node, 8),
-ARNOLD_DEV_PORT_BASE (16800).
+ARNOLD_DEV_PORT_BASE (16800 for 22.05, 18800 for 26.05).
 """
 
 from __future__ import annotations
@@ -39,26 +51,74 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
+@dataclass(frozen=True)
+class Lane:
+    """One Slurm version the local cluster can run: where its files live and how its
+    binaries are reached."""
+
+    version: str
+    #: Appended to ``.devcluster``, ``devcluster.env`` and the socket directory.
+    suffix: str
+    port_base: int
+    #: Debian unstable's root holding this Slurm, or None for the host's own packages.
+    root: Path | None
+    #: Job ids of this lane start here, so the two clusters' ids never meet.
+    first_job_id: int
+
+
+SID_ROOT = Path(os.environ.get("ARNOLD_DEV_SID_ROOT", "/var/cache/slurm-arnold/sid-root"))
+LANES = {
+    "22.05": Lane("22.05", "", 16800, None, 1),
+    "26.05": Lane("26.05", "-26.05", 18800, SID_ROOT, 2_600_001),
+}
+#: Debian unstable's packages the 26.05 lane installs into its root (MariaDB and munged are
+#: the host's: both speak the same protocols to the root's Slurm; patchelf too).
+SID_PACKAGES = ("slurmctld", "slurmd", "slurmdbd", "slurm-client", "libslurm-dev", "munge")
+#: Slurm's user commands, each given a wrapper in the 26.05 lane.
+CLIENT_COMMANDS = ("sacct", "sacctmgr", "salloc", "sattach", "sbatch", "sbcast", "scancel",
+                   "scontrol", "scrontab", "sdiag", "sinfo", "sprio", "squeue", "sreport",
+                   "srun", "sshare", "sstat", "strigger")
+DAEMONS = ("slurmctld", "slurmd", "slurmstepd", "slurmdbd")
+
+
+def _lane_from_env() -> Lane:
+    name = os.environ.get("ARNOLD_DEV_SLURM", "22.05") or "22.05"
+    return LANES.get(name, LANES["22.05"])
+
+
+LANE = _lane_from_env()
+
+
 def _reachable_by_all(path: Path) -> bool:
     """Whether every directory from / down to ``path`` lets others through (o+x)."""
     return all(p.stat().st_mode & 0o001 for p in (path, *path.parents))
 
 
-def _run_dir() -> Path:
-    local = REPO / ".devcluster"
+def _run_dir(lane: Lane) -> Path:
+    local = REPO / f".devcluster{lane.suffix}"
     if local.is_symlink():
         return local.resolve()
     if local.exists() or _reachable_by_all(REPO):
         return local
     digest = hashlib.sha1(str(REPO).encode()).hexdigest()[:8]
-    target = Path("/var/tmp") / f"arnold-dev-{digest}"
+    target = Path("/var/tmp") / f"arnold-dev-{digest}{lane.suffix}"
     target.mkdir(parents=True, exist_ok=True)
     local.symlink_to(target)
     return target
 
 
-RUN = _run_dir()
-ENV_FILE = REPO / "devcluster.env"
+RUN = _run_dir(LANE)
+ENV_FILE = REPO / f"devcluster{LANE.suffix}.env"
+
+
+def select_lane(name: str) -> None:
+    """Point this module's paths at the lane ``name`` (one of ``LANES``)."""
+    global LANE, RUN, ENV_FILE
+    LANE = LANES[name]
+    RUN = _run_dir(LANE)
+    ENV_FILE = REPO / f"devcluster{LANE.suffix}.env"
+
+
 CLUSTER_NAME = "arnolddev"
 DB_PASSWORD = "arnold-dev-only"
 
@@ -90,7 +150,7 @@ class Shape:
             number("ARNOLD_DEV_LEAVES", 4),
             number("ARNOLD_DEV_NODES", 4),
             number("ARNOLD_DEV_GPUS", 8),
-            number("ARNOLD_DEV_PORT_BASE", 16800),
+            number("ARNOLD_DEV_PORT_BASE", LANE.port_base),
         )
 
     @property
@@ -119,7 +179,7 @@ class Shape:
 def socket_dir() -> Path:
     """A short per-checkout directory for unix sockets."""
     digest = hashlib.sha1(str(REPO).encode()).hexdigest()[:8]
-    return Path("/tmp") / f"arnold-{digest}"
+    return Path("/tmp") / f"arnold-{digest}{LANE.suffix.replace('.', '')}"
 
 
 def paths() -> dict[str, Path]:
@@ -127,6 +187,7 @@ def paths() -> dict[str, Path]:
     return {
         "etc": RUN / "etc",
         "bin": RUN / "bin",
+        "slurm_bin": RUN / "slurm-bin",
         "log": RUN / "log",
         "state": RUN / "state",
         "spool": RUN / "spool",
@@ -171,6 +232,11 @@ def topology_conf(shape: Shape) -> str:
 def slurm_conf(shape: Shape, p: dict[str, Path]) -> str:
     first_port = shape.port_base + 1000 + 1
     last_port = first_port + shape.node_count - 1
+    if LANE.root is None:
+        lane_lines = "SwitchType=switch/none\n"
+    else:
+        # 26.05 has no switch/none (no SwitchType is the same); its plugins are the root's.
+        lane_lines = f"PluginDir={plugin_dir(LANE.root)}\n"
     return f"""# Local development cluster of slurm-arnold (written by site_config/devcluster).
 ClusterName={CLUSTER_NAME}
 SlurmctldHost=localhost(127.0.0.1)
@@ -193,7 +259,7 @@ SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 MpiDefault=none
-SwitchType=switch/none
+{lane_lines}FirstJobId={LANE.first_job_id}
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
@@ -232,8 +298,9 @@ def gres_conf(shape: Shape, p: dict[str, Path]) -> str:
 
 
 def slurmdbd_conf(shape: Shape, p: dict[str, Path]) -> str:
+    plugins = "" if LANE.root is None else f"PluginDir={plugin_dir(LANE.root)}\n"
     return f"""# slurmdbd of the local development cluster (must stay mode 0600).
-AuthType=auth/munge
+{plugins}AuthType=auth/munge
 AuthInfo=socket={p['munge_socket']}
 DbdHost=localhost
 DbdAddr=127.0.0.1
@@ -321,10 +388,122 @@ def run(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Complet
 def slurm_env(p: dict[str, Path]) -> dict[str, str]:
     env = dict(os.environ)
     env["SLURM_CONF"] = str(p["etc"] / "slurm.conf")
+    if LANE.root is not None:
+        env["PATH"] = f"{p['slurm_bin']}:{env.get('PATH', '/usr/bin:/bin')}"
     return env
 
 
+MULTIARCH = {"x86_64": ("x86_64-linux-gnu", "ld-linux-x86-64.so.2"),
+             "aarch64": ("aarch64-linux-gnu", "ld-linux-aarch64.so.1")}
+
+
+def _multiarch() -> tuple[str, str]:
+    machine = os.uname().machine
+    if machine not in MULTIARCH:
+        raise ClusterError(f"Slurm from a Debian root is set up for {', '.join(MULTIARCH)}, "
+                           f"not {machine}; use the host's Slurm (--slurm 22.05)")
+    return MULTIARCH[machine]
+
+
+def plugin_dir(root: Path) -> Path:
+    """Where the root's Slurm plugins are."""
+    return root / "usr" / "lib" / _multiarch()[0] / "slurm-wlm"
+
+
+def root_programs(root: Path) -> dict[str, Path]:
+    """The root's Slurm programs by the name each runs under."""
+    sbin, bin_ = root / "usr" / "sbin", root / "usr" / "bin"
+    programs = {name: sbin / f"{name}-wlm" for name in ("slurmctld", "slurmd", "slurmstepd")}
+    programs["slurmdbd"] = sbin / "slurmdbd"
+    programs.update({name: bin_ / name for name in CLIENT_COMMANDS})
+    return programs
+
+
+def patch_root(root: Path) -> None:
+    """Make the root's Slurm run on this host, outside the root: its programs get the root's
+    dynamic loader as their interpreter, and they and libslurmfull search the root's
+    libraries first (DT_RPATH, which the plugins' own dependencies inherit). A loader given
+    on the command line instead would not do: slurmctld executes /proc/self/exe to run its
+    scripts, which would then be the bare loader."""
+    if shutil.which("patchelf") is None:
+        raise ClusterError("patchelf is missing; `apt-get install patchelf` "
+                           f"(`make cluster SLURM={LANE.version}` installs it)")
+    triplet, loader = _multiarch()
+    lib = root / "usr" / "lib" / triplet
+    search = f"{lib / 'slurm-wlm'}:{lib}"
+    for program in root_programs(root).values():
+        run(["patchelf", "--set-interpreter", str(lib / loader), "--force-rpath",
+             "--set-rpath", search, str(program)])
+    run(["patchelf", "--force-rpath", "--set-rpath", search,
+         str(lib / "slurm-wlm" / "libslurmfull.so")])
+
+
+def _apt_mirror() -> str:
+    """The Debian mirror this host's apt uses (debootstrap fetches unstable from it)."""
+    for source in sorted(Path("/etc/apt").glob("sources.list*/*")) + [
+            Path("/etc/apt/sources.list")]:
+        try:
+            text = source.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            words = line.split()
+            if line.startswith("URIs:") and len(words) > 1 and "security" not in words[1]:
+                return words[1]
+            if words[:1] == ["deb"] and len(words) > 2 and "security" not in line:
+                return next(w for w in words[1:] if "://" in w)
+    return "http://deb.debian.org/debian"
+
+
+def ensure_root(lane: Lane) -> Path:
+    """The lane's Debian unstable root with ``SID_PACKAGES``: made once (debootstrap, then
+    apt inside it), rebuilt when missing or made for other packages."""
+    root = lane.root
+    assert root is not None
+    stamp = root / ".slurm-arnold-packages"
+    wanted = " ".join(SID_PACKAGES) + "\npatched to run on the host\n"
+    if stamp.exists() and stamp.read_text() == wanted and \
+            (root / "usr" / "sbin" / "slurmctld-wlm").exists():
+        return root
+    if os.geteuid() != 0:
+        raise ClusterError(f"Slurm {lane.version}'s root {root} is missing; make it as root: "
+                           f"`make cluster SLURM={lane.version}`")
+    if shutil.which("debootstrap") is None:
+        raise ClusterError("debootstrap is missing; `apt-get install debootstrap` "
+                           f"(`make cluster SLURM={lane.version}` installs it)")
+    building = root.with_name(root.name + ".new")
+    shutil.rmtree(building, ignore_errors=True)
+    building.parent.mkdir(parents=True, exist_ok=True)
+    building.parent.chmod(0o755)
+    print(f"devcluster: making Debian unstable's root for Slurm {lane.version} in {root} "
+          "(once; about a minute)", file=sys.stderr)
+    run(["debootstrap", "--variant=minbase", "sid", str(building), _apt_mirror()])
+    # The registry's copy of unstable is a few weeks old: its Release file has expired.
+    apt = ["chroot", str(building), "apt-get", "-q", "-o", "Acquire::Check-Valid-Until=false"]
+    run([*apt, "update"])
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    run([*apt, "install", "-y", "--no-install-recommends", *SID_PACKAGES], env=env)
+    if root.exists():
+        old = root.with_name(root.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        root.rename(old)
+        shutil.rmtree(old, ignore_errors=True)
+    building.rename(root)
+    patch_root(root)  # after the move: the paths it writes are the root's final ones
+    stamp.write_text(wanted)
+    return root
+
+
 def check_packages() -> None:
+    if LANE.root is not None:
+        ensure_root(LANE)
+        missing = [b for b in ("/usr/sbin/munged",) if not Path(b).exists()]
+        if not (shutil.which("mariadbd") or Path("/usr/sbin/mariadbd").exists()):
+            missing.append("mariadbd")
+        if missing:
+            raise ClusterError(f"missing {', '.join(missing)}; run `make cluster` (it installs "
+                               "the Debian packages)")
+        return
     missing = [
         b
         for b in ("/usr/sbin/slurmctld-wlm", "/usr/sbin/slurmd-wlm", "/usr/sbin/slurmstepd-wlm",
@@ -354,11 +533,22 @@ def configure(shape: Shape, p: dict[str, Path]) -> bool:
         p[key].chmod(0o755)
     p["sock"].mkdir(parents=True, exist_ok=True)
     p["sock"].chmod(0o755)
-    # Daemons must run under their own names: under another name Slurm drops Gres= lines.
-    for name in ("slurmctld", "slurmd", "slurmstepd"):
-        link = p["bin"] / name
-        if not link.is_symlink():
-            link.symlink_to(f"/usr/sbin/{name}-wlm")
+    if LANE.root is None:
+        # Daemons must run under their own names: under another name Slurm drops Gres= lines.
+        for name in ("slurmctld", "slurmd", "slurmstepd"):
+            link = p["bin"] / name
+            if not link.is_symlink():
+                link.symlink_to(f"/usr/sbin/{name}-wlm")
+    else:
+        p["slurm_bin"].mkdir(parents=True, exist_ok=True)
+        p["slurm_bin"].chmod(0o755)
+        # Links to the root's programs (patched to run here), each under its own name.
+        for name, program in root_programs(LANE.root).items():
+            link = p["bin" if name in DAEMONS else "slurm_bin"] / name
+            if link.is_symlink() and Path(os.readlink(link)) == program:
+                continue
+            link.unlink(missing_ok=True)
+            link.symlink_to(program)
     for i in range(shape.gpus):
         dev = p["gpu"] / f"nvidia{i}"
         if not dev.is_symlink():
@@ -388,7 +578,8 @@ def configure(shape: Shape, p: dict[str, Path]) -> bool:
 
 def install_plugin(p: dict[str, Path]) -> Path | None:
     """Copy the SPANK plugin (built by `make -C spank`) where every user's srun can load it."""
-    built = REPO / "spank" / "arnold_rankfile.so"
+    built = REPO / "spank" / ("" if LANE.root is None else f"build-{LANE.version}") / \
+        "arnold_rankfile.so"
     if not built.exists():
         return None
     target = p["lib"] / built.name
@@ -507,7 +698,8 @@ def start_slurmdbd(shape: Shape, p: dict[str, Path]) -> None:
         return
     ensure_port_free(shape.port_base + 19, "slurmdbd")
     env = slurm_env(p)
-    run(["/usr/sbin/slurmdbd"], env=env)  # reads slurmdbd.conf beside SLURM_CONF
+    slurmdbd = "/usr/sbin/slurmdbd" if LANE.root is None else str(p["bin"] / "slurmdbd")
+    run([slurmdbd], env=env)  # reads slurmdbd.conf beside SLURM_CONF
     wait_for("slurmdbd", lambda: port_open(shape.port_base + 19), 60, p["log"] / "slurmdbd.log")
     clusters = run(["sacctmgr", "-n", "-P", "list", "cluster", "format=cluster"], env=env)
     if CLUSTER_NAME not in clusters.stdout.split():
@@ -589,11 +781,16 @@ def up() -> None:
     install_site(p)
     conf = p["etc"] / "slurm.conf"
     # The site's arnold comes last on PATH: a developer's own venv, when active, wins.
-    write_if_changed(ENV_FILE, f"export SLURM_CONF={conf}\n"
-                               f"case :$PATH: in *:{p['venv']}/bin:*) ;; "
-                               f"*) export PATH=$PATH:{p['venv']}/bin ;; esac\n")
+    lines = [f"export SLURM_CONF={conf}",
+             f"case :$PATH: in *:{p['venv']}/bin:*) ;; *) export PATH=$PATH:{p['venv']}/bin ;; esac"]
+    if LANE.root is not None:
+        # This lane's Slurm commands come first, before the host's.
+        lines += [f"case :$PATH: in :{p['slurm_bin']}:*) ;; "
+                  f"*) export PATH={p['slurm_bin']}:$PATH ;; esac",
+                  f"export ARNOLD_DEV_SLURM={LANE.version}"]
+    write_if_changed(ENV_FILE, "\n".join(lines) + "\n")
     print(
-        f"devcluster: {shape.node_count} nodes x {shape.gpus} GPUs idle "
+        f"devcluster: Slurm {LANE.version}: {shape.node_count} nodes x {shape.gpus} GPUs idle "
         f"({time.monotonic() - t0:.1f} s); run: source {ENV_FILE}",
         file=sys.stderr,
     )
@@ -646,13 +843,25 @@ def status() -> int:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[1] not in ("up", "down", "status"):
-        print("usage: devcluster.py up|down|status", file=sys.stderr)
+    args = argv[1:]
+    if args[:1] == ["--slurm"] and len(args) >= 2:
+        if args[1] not in LANES:
+            print(f"devcluster: --slurm {args[1]}: use one of {', '.join(LANES)}",
+                  file=sys.stderr)
+            return 2
+        select_lane(args[1])
+        args = args[2:]
+    if len(args) != 1 or args[0] not in ("up", "down", "status", "root"):
+        print("usage: devcluster.py [--slurm 22.05|26.05] up|down|status|root", file=sys.stderr)
         return 2
     try:
-        if argv[1] == "up":
+        if args[0] == "root":
+            if LANE.root is not None:
+                print(ensure_root(LANE))
+            return 0
+        if args[0] == "up":
             up()
-        elif argv[1] == "down":
+        elif args[0] == "down":
             down()
         else:
             return status()
