@@ -23,7 +23,7 @@ from typing import Any
 import hostlist
 
 from slurm_arnold.errors import ArnoldError
-from slurm_arnold.slurm import Slurm
+from slurm_arnold.slurm import Slurm, slurm_commands_dir
 
 USERS = ("arnoldu1", "arnoldu2", "arnoldu3")
 
@@ -65,7 +65,10 @@ def home(user: str) -> Path:
 def as_user(user: str, argv: Sequence[str], *, umask: int | None = None,
             env: dict[str, str] | None = None) -> list[str]:
     """``argv`` run as ``user`` with a clean environment (HOME, PATH, SLURM_CONF only)."""
-    clean = {"HOME": str(home(user)), "PATH": "/usr/local/bin:/usr/bin:/bin",
+    # As a site's login shell would, PATH reaches the same Slurm as ours.
+    commands = slurm_commands_dir()
+    clean = {"HOME": str(home(user)),
+             "PATH": f"{commands + ':' if commands else ''}/usr/local/bin:/usr/bin:/bin",
              "SLURM_CONF": os.environ.get("SLURM_CONF", ""), **(env or {})}
     cmd = [*argv]
     if umask is not None:

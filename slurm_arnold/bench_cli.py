@@ -48,11 +48,34 @@ def bench() -> None:
 @quick_option("a few small cases")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Shift the suite to other clusters.")
+@click.option("--live", is_flag=True,
+              help="Instead, a sequence of jobs on the live cluster: ours against Slurm's own "
+                   "choice and task order, job by job (needs the cluster idle).")
 @docs_option
 @json_option()
-def bench_placement(quick: bool, seed: int, docs: str, as_json: bool) -> None:
+def bench_placement(quick: bool, seed: int, live: bool, docs: str, as_json: bool) -> None:
     """Every placement algorithm side by side on fragmented clusters at three scales."""
     from rich.progress import Progress
+
+    if live:
+        from benchmarks.placement import write_section
+        from benchmarks.placement_live import markdown as live_markdown
+        from benchmarks.placement_live import run as live_run
+
+        measured = live_run(2 if quick else 6, seed=seed or 11,
+                            progress=lambda what: click.echo(f"arnold: bench placement: {what}",
+                                                             err=True))
+        if not quick:
+            write_section(Path(docs), f"placement-live-{measured['slurm_version']}",
+                          live_markdown(measured, "arnold bench placement --live"
+                                        + (f" --seed {seed}" if seed else "")))
+        if as_json:
+            click.echo(json.dumps(measured))
+            return
+        click.echo(f"Slurm {measured['slurm_version']}: {len(measured['jobs'])} jobs, mean "
+                   f"ratio ours/Slurm's weighted spread {measured['ratio_mean']}; ours never "
+                   f"worse: {measured['ours_never_worse']}")
+        return
 
     from benchmarks.placement import FULL, QUICK, case_count, markdown, run_suite, write_section
 

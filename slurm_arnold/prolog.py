@@ -290,23 +290,26 @@ def _record(config: SiteConfig, job: StartingJob, planned: list[str], spread: fl
         state.close()
 
 
-def wrapper_script(config: SiteConfig, prolog: Path, slurm_conf: Path | None) -> str:
+def wrapper_script(config: SiteConfig, prolog: Path, slurm_conf: Path | None,
+                   slurm_bin: Path | None = None) -> str:
     """The ``PrologSlurmctld`` program for this site: a shell script that gives
     ``arnold-prolog`` what slurmctld does not (``PATH``, ``SLURM_CONF``) and answers for most
     jobs without starting Python at all (a tenth of a second of the controller's CPU per job
     otherwise). A job goes on to ``arnold-prolog`` only when it may want our ranks: arnold-sbatch
     left its spec, or its script has an ``#ARNOLD`` line anywhere (a superset of what
     ``wanted_from_script`` reads, which decides). Paths come from the site config, so the
-    script is rewritten (``arnold site prolog-script``) when ``state_dir``/``jobs_dir`` move."""
+    script is rewritten (``arnold site prolog-script``) when ``state_dir``/``jobs_dir`` move.
+    ``slurm_bin``: where this Slurm's commands are, when not in /usr/bin (put first on PATH)."""
     import shlex
 
     users = shlex.quote(str(config.users_dir))
     conf = f"SLURM_CONF={shlex.quote(str(slurm_conf))}\nexport SLURM_CONF\n" if slurm_conf \
         else ""
+    path = shlex.quote(f"{slurm_bin}:/usr/bin:/bin" if slurm_bin else "/usr/bin:/bin")
     return f"""#!/bin/sh
 # slurmctld's PrologSlurmctld for slurm-arnold (written by `arnold site prolog-script`).
 # It always exits 0: a failing PrologSlurmctld requeues the job.
-PATH=/usr/bin:/bin
+PATH={path}
 export PATH
 {conf}case "$SLURM_JOB_ID$SLURM_JOB_USER" in *[!A-Za-z0-9._-]*|"") exit 0 ;; esac
 if [ ! -e {users}/"$SLURM_JOB_USER"/specs/"$SLURM_JOB_ID".json ] &&

@@ -34,7 +34,11 @@ def site_init() -> None:
               help="The arnold-prolog to run (default: the one beside this arnold).")
 @click.option("--slurm-conf", type=click.Path(dir_okay=False),
               help="Set SLURM_CONF for it (default: $SLURM_CONF if set, else Slurm's default).")
-def site_prolog_script(prolog: str | None, slurm_conf: str | None) -> None:
+@click.option("--slurm-bin", type=click.Path(file_okay=False),
+              help="Put this directory of Slurm's commands first on its PATH (default: where "
+                   "scontrol is on yours, unless that is /usr/bin or /bin).")
+def site_prolog_script(prolog: str | None, slurm_conf: str | None,
+                       slurm_bin: str | None) -> None:
     """Print the PrologSlurmctld wrapper for this site's config (docs/site.md): save it,
     make it executable and name it in slurm.conf."""
     import os
@@ -42,10 +46,13 @@ def site_prolog_script(prolog: str | None, slurm_conf: str | None) -> None:
     from pathlib import Path
 
     from slurm_arnold.prolog import wrapper_script
+    from slurm_arnold.slurm import slurm_commands_dir
 
     program = Path(prolog) if prolog else Path(sys.argv[0]).resolve().parent / "arnold-prolog"
     conf = slurm_conf or os.environ.get("SLURM_CONF")
-    click.echo(wrapper_script(load_config(), program, Path(conf) if conf else None), nl=False)
+    commands = slurm_bin or slurm_commands_dir()
+    click.echo(wrapper_script(load_config(), program, Path(conf) if conf else None,
+                              Path(commands) if commands else None), nl=False)
 
 
 @site.command("show")

@@ -4,10 +4,14 @@ Every command is logged at DEBUG before it runs; a failure raises ``SlurmError``
 command, exit code, stdout and stderr; a missing command raises ``SlurmNotFound``. Commands honour
 ``SLURM_CONF`` through the environment, as Slurm's own commands do.
 
-Where this Slurm's ``--json`` schema is one we have a parser for (OpenAPI v0.0.38, Slurm 22.05)
-we use it; otherwise we fall back to the stable text forms (``scontrol show ... --oneliner``,
-``squeue``/``sacct`` with explicit ``--format`` and ``--parsable2``). ``scontrol --json`` only
-exists from 23.02 on, so reservations and topology are always read as text.
+Where this Slurm's ``--json`` schema is one we have a parser for we use it: OpenAPI v0.0.38
+(Slurm 22.05: ``sinfo``/``squeue``/``sacct --json``) and data_parser v0.0.42 to v0.0.45 (Slurm
+24.11 to 26.05: ``scontrol show nodes``/``squeue``/``sacct --json``, numbers wrapped as
+``{set, infinite, number}`` and states as lists). Slurm's version is read once per adapter and
+picks the parser; any other schema (23.02 to 24.05, or one newer than we know) falls back to the
+stable text forms (``scontrol show ... --oneliner``, ``squeue``/``sacct`` with explicit
+``--format`` and ``--parsable2``), which every version also gets in the tests. Reservations and
+topology are always read as text.
 """
 
 from __future__ import annotations
@@ -204,6 +208,54 @@ def _nodes_from_json_v0038(doc: Mapping[str, Any]) -> list[NodeInfo]:
     return out
 
 
+def _number(value: Any) -> int | None:
+    """An integer of a v0.0.4x document: ``{"set", "infinite", "number"}`` (None when unset
+    or infinite), or a plain number."""
+    if isinstance(value, Mapping):
+        if not value.get("set") or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if value is None or isinstance(value, bool):
+        return None
+    return int(value)
+
+
+#: Job state flags that Slurm's own text shows instead of the base state, in the order its
+#: ``job_state_string`` tests them (v0.0.4x lists them beside the base state).
+_JOB_STATE_SHOWN_FLAGS = ("COMPLETING", "STAGE_OUT", "CONFIGURING", "RESIZING", "REQUEUED",
+                          "REQUEUE_FED", "REQUEUE_HOLD", "SPECIAL_EXIT", "STOPPED",
+                          "RESV_DEL_HOLD", "SIGNALING")
+
+
+def _job_state(states: Any) -> str:
+    """A v0.0.4x job state list (``["RUNNING", "COMPLETING"]``) as the one word squeue prints."""
+    if isinstance(states, str):
+        return states.upper()
+    words = [str(s).upper() for s in states or ()]
+    for flag in _JOB_STATE_SHOWN_FLAGS:
+        if flag in words:
+            return flag
+    return words[0] if words else ""
+
+
+def _nodes_from_json_v004x(doc: Mapping[str, Any]) -> list[NodeInfo]:
+    """``scontrol show nodes --json`` of data_parser v0.0.42 to v0.0.45."""
+    out = []
+    for n in doc["nodes"]:
+        states = n.get("state") or ["UNKNOWN"]
+        base, flags = _split_state("+".join(str(s) for s in states))
+        out.append(NodeInfo(
+            name=n["name"],
+            state=base,
+            flags=flags,
+            partitions=tuple(n.get("partitions") or ()),
+            gpus_total=parse_gpu_count(n.get("gres")),
+            gpus_used=parse_gpu_count(n.get("gres_used")),
+            features=_features(",".join(n.get("active_features") or ())),
+        ))
+    return out
+
+
 def _nodes_from_scontrol(text: str) -> list[NodeInfo]:
     out = []
     for line in text.splitlines():
@@ -247,6 +299,33 @@ def _jobs_from_json_v0038(doc: Mapping[str, Any]) -> list[JobInfo]:
             required_nodes=tuple(hostlist.expand_hostlist(required)) if required else (),
             reason=str(j.get("state_reason") or ""),
             priority=int(j.get("priority") or 0),
+        ))
+    return out
+
+
+def _jobs_from_json_v004x(doc: Mapping[str, Any]) -> list[JobInfo]:
+    """``squeue --json`` of data_parser v0.0.42 to v0.0.45."""
+    out = []
+    for j in doc["jobs"]:
+        nodes = j.get("nodes") or ""
+        required = j.get("required_nodes") or ""
+        out.append(JobInfo(
+            job_id=int(j["job_id"]),
+            name=j.get("name") or "",
+            user=j.get("user_name") or str(j.get("user_id", "")),
+            state=_job_state(j.get("job_state")),
+            nodes=tuple(hostlist.expand_hostlist(nodes)) if nodes else (),
+            partition=j.get("partition") or "",
+            time_limit_min=_number(j.get("time_limit")),
+            start_time=_number(j.get("start_time")) or None,
+            end_time=_number(j.get("end_time")) or None,
+            reservation=j.get("resv_name") or None,
+            node_count=_number(j.get("node_count")) or 0,
+            gpus=_gpus_in_tres(j.get("tres_alloc_str") or j.get("tres_req_str")),
+            submit_time=_number(j.get("submit_time")) or None,
+            required_nodes=tuple(hostlist.expand_hostlist(required)) if required else (),
+            reason=str(j.get("state_reason") or ""),
+            priority=_number(j.get("priority")) or 0,
         ))
     return out
 
@@ -374,6 +453,35 @@ def _accounting_from_json_v0038(doc: Mapping[str, Any]) -> list[AccountingRecord
     return out
 
 
+def _accounting_from_json_v004x(doc: Mapping[str, Any]) -> list[AccountingRecord]:
+    """``sacct --json`` of data_parser v0.0.42 to v0.0.45."""
+    out = []
+    for j in doc["jobs"]:
+        t = j.get("time", {})
+        nodes = j.get("nodes") or ""
+        expanded = hostlist.expand_hostlist(nodes) if nodes and nodes != "None assigned" else []
+        out.append(AccountingRecord(
+            job_id=int(j["job_id"]),
+            name=j.get("name") or "",
+            user=j.get("user") or "",
+            group=j.get("group") or "",
+            account=j.get("account") or "",
+            partition=j.get("partition") or "",
+            qos=j.get("qos") or "",
+            state=_job_state(j.get("state", {}).get("current")),
+            exit_code=_number(j.get("exit_code", {}).get("return_code")) or 0,
+            nodes=tuple(expanded),
+            node_count=int(j["allocation_nodes"]) if "allocation_nodes" in j
+            else len(expanded),
+            gpus=_gpus_from_tres(j.get("tres", {}).get("allocated") or []),
+            submit=_number(t.get("submission")) or None,
+            start=_number(t.get("start")) or None,
+            end=_number(t.get("end")) or None,
+            time_limit_min=_number(t.get("limit")),
+        ))
+    return out
+
+
 _SACCT_FIELDS = ["JobIDRaw", "JobName", "User", "Group", "Account", "Partition", "QOS", "State",
                  "ExitCode", "NodeList", "NNodes", "AllocTRES", "Submit", "Start", "End",
                  "TimelimitRaw"]
@@ -425,8 +533,11 @@ def _reservations_from_scontrol(text: str) -> list[Reservation]:
     return out
 
 
+# 26.05 prints a stray word after the time ("... to start at <time> a using ..."): one token
+# there is allowed, nothing else.
 _TEST_ONLY = re.compile(
-    r"^sbatch: Job \d+ to start at \S+ using \d+ processors on nodes (\S+) in partition \S+$"
+    r"^sbatch: Job \d+ to start at \S+(?: \S+)? using \d+ processors on nodes (\S+) "
+    r"in partition \S+$"
 )
 
 
@@ -441,10 +552,39 @@ def parse_test_only(text: str) -> list[str]:
     raise SlurmOutputError(f"sbatch --test-only: no placement line in {text.strip()!r}")
 
 
+def slurm_commands_dir(path: str | None = None) -> str | None:
+    """The directory of the Slurm commands this process would run (``scontrol`` on PATH,
+    or on ``path``) when it is not one a minimal PATH has anyway (/usr/bin, /bin): what a
+    program started with a clean environment (slurmctld's prolog, a user's session) needs
+    first on its PATH to reach the same Slurm."""
+    import shutil
+
+    found = shutil.which("scontrol", path=path)
+    if found is None:
+        return None
+    directory = os.path.dirname(os.path.abspath(found))
+    return None if directory in ("/usr/bin", "/bin") else directory
+
+
 def _json_version(doc: Mapping[str, Any]) -> str:
     meta = doc.get("meta", {})
     plugin = meta.get("plugin", {})
     return str(plugin.get("type") or plugin.get("data_parser") or "")
+
+
+#: The --json schemas each parser family reads, as ``meta.plugin`` names them.
+JSON_V0038 = frozenset({"openapi/v0.0.38", "openapi/dbv0.0.38"})
+JSON_V004X = frozenset(f"data_parser/v0.0.{n}" for n in range(42, 46))
+
+
+def json_family(version: tuple[int, int]) -> str | None:
+    """Which of our JSON parsers a Slurm of ``version`` needs ("v0.0.38", "v0.0.4x"), or
+    None for text (23.02 to 24.05, whose schemas we do not read)."""
+    if version == (22, 5):
+        return "v0.0.38"
+    if version >= (24, 11):
+        return "v0.0.4x"
+    return None
 
 
 class Slurm:
@@ -455,6 +595,7 @@ class Slurm:
         self.env = dict(os.environ if env is None else env)
         self.use_json = use_json
         self.timeout = timeout
+        self._version: tuple[int, int] | None = None
 
     # -- running commands -------------------------------------------------------------
     def require_config(self) -> None:
@@ -483,34 +624,51 @@ class Slurm:
             raise SlurmError(cmd, proc.returncode, proc.stdout, proc.stderr)
         return proc
 
+    @property
+    def json_family(self) -> str | None:
+        """The JSON parser family for this Slurm (``json_family``), None for text."""
+        return json_family(self.version()) if self.use_json else None
+
     def _json(self, args: Sequence[str]) -> dict[str, Any] | None:
-        """Run a ``--json`` command; ``None`` when we have no parser for its schema."""
-        if not self.use_json:
+        """Run a ``--json`` command; ``None`` when its schema is not the family's (we then
+        read text, and do so from now on)."""
+        family = self.json_family
+        if family is None:
             return None
         out = self.run([*args, "--json"]).stdout
         try:
             doc: dict[str, Any] = json.loads(out)
         except json.JSONDecodeError as exc:
             raise SlurmOutputError(f"{args[0]} --json: not JSON ({exc})") from None
-        if _json_version(doc) not in ("openapi/v0.0.38", "openapi/dbv0.0.38"):
+        schemas = JSON_V0038 if family == "v0.0.38" else JSON_V004X
+        if _json_version(doc) not in schemas:
             log.debug("%s --json: schema %r has no parser, using text", args[0], _json_version(doc))
+            self.use_json = False
             return None
         return doc
 
     # -- cluster ------------------------------------------------------------------------
     def version(self) -> tuple[int, int]:
-        """Slurm's (major, minor) version, from ``sinfo --version``."""
-        out = self.run(["sinfo", "--version"]).stdout
-        m = re.search(r"(\d+)\.(\d+)", out)
-        if not m:
-            raise SlurmOutputError(f"sinfo --version: cannot read {out.strip()!r}")
-        return int(m.group(1)), int(m.group(2))
+        """Slurm's (major, minor) version, from ``sinfo --version`` (read once)."""
+        if self._version is None:
+            out = self.run(["sinfo", "--version"]).stdout
+            m = re.search(r"(\d+)\.(\d+)", out)
+            if not m:
+                raise SlurmOutputError(f"sinfo --version: cannot read {out.strip()!r}")
+            self._version = int(m.group(1)), int(m.group(2))
+        return self._version
 
     def nodes(self) -> list[NodeInfo]:
         """Every node with its state and GPUs."""
-        doc = self._json(["sinfo"])
-        if doc is not None:
-            return _nodes_from_json_v0038(doc)
+        if self.json_family == "v0.0.38":
+            doc = self._json(["sinfo"])
+            if doc is not None:
+                return _nodes_from_json_v0038(doc)
+        elif self.json_family == "v0.0.4x":
+            # sinfo --json groups nodes alike since 23.02; scontrol lists each one.
+            doc = self._json(["scontrol", "show", "nodes"])
+            if doc is not None:
+                return _nodes_from_json_v004x(doc)
         return _nodes_from_scontrol(self.run(["scontrol", "show", "node", "--oneliner"]).stdout)
 
     def topology_text(self) -> str:
@@ -535,9 +693,13 @@ class Slurm:
         kilobytes apiece, which arnold-sbatch would pay inside the site lock on every submission.
         """
         if not unfinished:
-            doc = self._json(["squeue"])
+            # 22.05's --json ignores filters and lists every job; from 23.02 on it applies
+            # squeue's default (unfinished jobs of visible partitions) unless told otherwise.
+            doc = self._json(["squeue"] if self.json_family == "v0.0.38"
+                             else ["squeue", "--all", "--states=all"])
             if doc is not None:
-                return _jobs_from_json_v0038(doc)
+                return _jobs_from_json_v0038(doc) if self.json_family == "v0.0.38" \
+                    else _jobs_from_json_v004x(doc)
         states = _SQUEUE_UNFINISHED if unfinished else "all"
         out = self.run(["squeue", "--all", "--noheader", f"--states={states}", "--Format",
                         _SQUEUE_FORMAT]).stdout
@@ -662,7 +824,8 @@ class Slurm:
             args.append(f"--starttime={since}")
         doc = self._json(args)
         if doc is not None:
-            return _accounting_from_json_v0038(doc)
+            return _accounting_from_json_v0038(doc) if self.json_family == "v0.0.38" \
+                else _accounting_from_json_v004x(doc)
         out = self.run([*args, "--parsable2", "--noheader",
                         "--format=" + ",".join(_SACCT_FIELDS)]).stdout
         return _accounting_from_sacct_text(out)

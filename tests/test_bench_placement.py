@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import hostlist
+import pytest
 from click.testing import CliRunner
 
 from slurm_arnold.cli import main
+from slurm_arnold.slurm import Slurm
 
 
 def test_quick_benchmark_runs_and_never_loses(tmp_path: Path) -> None:
@@ -44,3 +47,28 @@ def test_docs_section_is_replaced_not_duplicated(tmp_path: Path) -> None:
     text = path.read_text()
     assert text.count("<!-- placement:start -->") == 1
     assert "second" in text and "first" not in text and "kept" in text
+
+
+@pytest.mark.live
+def test_live_quick_bench_reads_both_rank_orders_and_ours_never_loses(
+        slurm: Slurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # On whichever lane runs the tests: two jobs, each run by arnold-sbatch and by plain
+    # sbatch on the same state, their ranks read from the running tasks.
+    monkeypatch.chdir(tmp_path)
+    docs = tmp_path / "benchmarks.md"
+    result = CliRunner().invoke(main, ["bench", "placement", "--live", "--quick", "--json",
+                                       "--docs", str(docs)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output.strip().splitlines()[-1])
+    version = slurm.version()
+    assert doc["slurm_version"] == f"{version[0]}.{version[1]:02d}"
+    assert len(doc["jobs"]) == 2
+    for row in doc["jobs"]:
+        for side in ("ours", "slurm"):
+            assert len(hostlist.expand_hostlist(row[side]["nodes"])) == row["nodes"]
+        assert row["ours"]["weighted_spread"] <= row["slurm"]["weighted_spread"]
+    assert doc["ours_never_worse"] is True
+    assert not docs.exists()
+    left = [j for j in slurm.jobs(unfinished=True)
+            if j.name == "wrap" or j.name.startswith(("ours-", "slurm-"))]
+    assert not left, "the bench left jobs behind"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,10 @@ from slurm_arnold.slurm import Slurm
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "site_config" / "devcluster" / "devcluster.py"
-RUN = REPO / ".devcluster"
+#: The lane the tests run on (``source devcluster-26.05.env`` sets it); 22.05 otherwise.
+LANE = os.environ.get("ARNOLD_DEV_SLURM", "22.05")
+SUFFIX = "" if LANE == "22.05" else f"-{LANE}"
+RUN = REPO / f".devcluster{SUFFIX}"
 
 
 @pytest.mark.live
@@ -24,8 +28,9 @@ def test_second_up_restarts_nothing(slurm: Slurm) -> None:
     assert proc.returncode == 0, proc.stderr
     after = {p.name: p.read_text() for p in RUN.glob("*.pid")}
     assert before == after
-    env = (REPO / "devcluster.env").read_text().splitlines()
+    env = (REPO / f"devcluster{SUFFIX}.env").read_text().splitlines()
     run = RUN.resolve()
     assert env[0] == f"export SLURM_CONF={run / 'etc' / 'slurm.conf'}"
     assert f"export PATH=$PATH:{run / 'venv' / 'bin'}" in env[1]  # the site install, last
     assert all(n.state == "IDLE" or n.gpus_used > 0 for n in slurm.nodes())
+    assert slurm.version() == tuple(int(x) for x in LANE.split("."))

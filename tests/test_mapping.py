@@ -177,3 +177,36 @@ def test_the_prolog_wrapper_starts_python_only_for_jobs_that_may_want_ranks(
     assert not run("43", "alice")  # no spec and (here) no script: nothing to do
     assert not run("42", "../alice")  # a name that is not a plain name: nothing at all
     assert not run("", "alice")
+
+
+def test_the_prolog_wrapper_reaches_the_slurm_it_was_made_for(tmp_path: Path) -> None:
+    import subprocess
+
+    from site_config import SiteConfig
+    from slurm_arnold.prolog import wrapper_script
+    from slurm_arnold.slurm import slurm_commands_dir
+
+    # A site whose Slurm lives outside /usr/bin: its scontrol answers for the wrapper.
+    commands = tmp_path / "slurm" / "bin"
+    commands.mkdir(parents=True)
+    (commands / "scontrol").write_text("#!/bin/sh\nprintf '#!/bin/sh\\n#ARNOLD --tp 2\\n'\n")
+    (commands / "scontrol").chmod(0o755)
+    assert slurm_commands_dir(f"{commands}:/usr/bin") == str(commands)
+    assert slurm_commands_dir("/nonexistent") is None
+    config = SiteConfig(state_dir=tmp_path / "state")
+    marker, fake = tmp_path / "ran", tmp_path / "arnold-prolog"
+    fake.write_text(f"#!/bin/sh\necho \"$PATH\" > {marker}\n")
+    fake.chmod(0o755)
+    for slurm_bin, reached in ((commands, True), (None, False)):
+        marker.unlink(missing_ok=True)
+        script = tmp_path / "wrapper"
+        script.write_text(wrapper_script(config, fake, None, slurm_bin))
+        script.chmod(0o755)
+        proc = subprocess.run([str(script)], env={"SLURM_JOB_ID": "7", "SLURM_JOB_USER": "bob"},
+                              timeout=30)
+        assert proc.returncode == 0
+        # Only the site's scontrol prints the job's #ARNOLD script: then on to arnold-prolog,
+        # with that Slurm first on its PATH.
+        assert marker.exists() == reached
+        if reached:
+            assert marker.read_text().split(":")[0] == str(commands)

@@ -188,7 +188,8 @@ def test_a_requeued_job_that_lost_a_node_restarts_with_the_survivors_and_right_r
         # The node dies: its slurmd is killed and it is set DOWN (it stays down: nothing
         # answers for it). Slurm requeues the job, which still requires the dead node.
         revive_nodes.append(victim)
-        pid = int((REPO / ".devcluster" / f"slurmd-{victim}.pid").read_text().split()[0])
+        run_dir = Path(os.environ["SLURM_CONF"]).resolve().parent.parent
+        pid = int((run_dir / f"slurmd-{victim}.pid").read_text().split()[0])
         os.kill(pid, signal.SIGKILL)
         slurm.run(["scontrol", "update", f"NodeName={victim}", "State=DOWN",
                    "Reason=arnold-test-dead-node"])

@@ -58,5 +58,28 @@ def test_parse_test_only_line() -> None:
     line = ("sbatch: Job 8 to start at 2026-11-29T09:19:03 using 256 processors on nodes "
             "n[001-003,010] in partition gpu\n")
     assert parse_test_only(line) == ["n001", "n002", "n003", "n010"]
+    # Slurm 26.05.5, verbatim (its stray "a" after the time).
+    newer = ("sbatch: Job 2600049 to start at 2026-12-01T10:58:04 a using 256 processors on "
+             "nodes n[017-032] in partition gpu")
+    assert parse_test_only(newer) == [f"n{i:03d}" for i in range(17, 33)]
+    with pytest.raises(SlurmOutputError):
+        parse_test_only(newer.replace(" a using", " a b using"))
     with pytest.raises(SlurmOutputError):
         parse_test_only("allocation failure: Requested node configuration is not available")
+
+
+def test_v004x_numbers_and_job_states_read_as_the_text_does() -> None:
+    from slurm_arnold.slurm import _job_state, _number, json_family
+
+    assert _number({"set": True, "infinite": False, "number": 30}) == 30
+    assert _number({"set": False, "infinite": False, "number": 0}) is None
+    assert _number({"set": True, "infinite": True, "number": 0}) is None
+    assert _number(7) == 7 and _number(None) is None
+    assert _job_state(["RUNNING"]) == "RUNNING"
+    # squeue's text shows the flag, not the base state, while a job completes or requeues.
+    assert _job_state(["RUNNING", "COMPLETING"]) == "COMPLETING"
+    assert _job_state(["PENDING", "REQUEUED"]) == "REQUEUED"
+    assert _job_state("pending") == "PENDING" and _job_state([]) == ""
+    assert json_family((22, 5)) == "v0.0.38"
+    assert json_family((23, 11)) is None and json_family((24, 5)) is None
+    assert json_family((24, 11)) == json_family((26, 5)) == "v0.0.4x"

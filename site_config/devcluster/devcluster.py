@@ -21,8 +21,8 @@ Debian unstable root made once with ``debootstrap`` (``ARNOLD_DEV_SID_ROOT``, de
 the root's own dynamic loader and libraries (``patch_root``), linked from
 ``.devcluster-26.05/slurm-bin`` (first on PATH after ``source devcluster-26.05.env``) and
 ``.devcluster-26.05/bin``, with ``PluginDir`` pointing into the root. No chroot: jobs see the
-host's files and users, and every Unix user can run the commands. Each lane has its own directory, ports, munge key, job
-ids, ``arnold.toml`` and state directory.
+host's files and users, and every Unix user can run the commands. Each lane has its own
+directory, ports, munge key, job ids, ``arnold.toml`` and state directory.
 
 Standard library only: it runs before the project's virtual environment exists.
 
@@ -440,8 +440,8 @@ def patch_root(root: Path) -> None:
 
 def _apt_mirror() -> str:
     """The Debian mirror this host's apt uses (debootstrap fetches unstable from it)."""
-    for source in sorted(Path("/etc/apt").glob("sources.list*/*")) + [
-            Path("/etc/apt/sources.list")]:
+    sources = [*sorted(Path("/etc/apt").glob("sources.list*/*")), Path("/etc/apt/sources.list")]
+    for source in sources:
         try:
             text = source.read_text()
         except OSError:
@@ -782,7 +782,8 @@ def up() -> None:
     conf = p["etc"] / "slurm.conf"
     # The site's arnold comes last on PATH: a developer's own venv, when active, wins.
     lines = [f"export SLURM_CONF={conf}",
-             f"case :$PATH: in *:{p['venv']}/bin:*) ;; *) export PATH=$PATH:{p['venv']}/bin ;; esac"]
+             f"case :$PATH: in *:{p['venv']}/bin:*) ;; "
+             f"*) export PATH=$PATH:{p['venv']}/bin ;; esac"]
     if LANE.root is not None:
         # This lane's Slurm commands come first, before the host's.
         lines += [f"case :$PATH: in :{p['slurm_bin']}:*) ;; "
