@@ -35,6 +35,7 @@ import hostlist
 from slurm_arnold.cluster import live_cluster
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.placement import JobShape, Placement
+from slurm_arnold.placement.baselines import slurm_sort_key
 from slurm_arnold.placement.engine import place_from_node_list
 from slurm_arnold.slurm import Slurm
 from slurm_arnold.topology import Topology
@@ -165,7 +166,8 @@ def _background(run: LiveRun, topology: Topology, seed: int) -> None:
                     "--exclusive", "-t", "15", "-o", "/dev/null", "--wrap", "sleep 900"])
 
 
-def _row(job: LiveJob, ours: Placement, theirs: Placement) -> dict[str, Any]:
+def _row(job: LiveJob, ours: Placement, theirs: Placement, slurm_order: list[str],
+         sort_key: Callable[[str], Any]) -> dict[str, Any]:
     def spreads(p: Placement) -> dict[str, Any]:
         m = p.metrics
         return {"max_dp_spread": m.max_dp_spread, "max_pp_spread": m.max_pp_spread,
@@ -174,6 +176,8 @@ def _row(job: LiveJob, ours: Placement, theirs: Placement) -> dict[str, Any]:
 
     return {"nodes": job.nodes, "pp": job.pp, "dp": job.nodes * TASKS_PER_NODE // (TP * job.pp),
             "ours": spreads(ours), "slurm": spreads(theirs),
+            # Whether Slurm's ranks went to its nodes in name order (what --explain assumes).
+            "slurm_ranks_in_name_order": slurm_order == sorted(slurm_order, key=sort_key),
             "ratio": round(ours.metrics.weighted_spread / theirs.metrics.weighted_spread, 3)
             if theirs.metrics.weighted_spread else 1.0}
 
@@ -221,7 +225,7 @@ def run(count: int = 6, seed: int = 11,
                 rows.append(_row(job,
                                  place_from_node_list("ours", ours_nodes, topology, shape, ALPHA),
                                  place_from_node_list("slurm", slurm_nodes, topology, shape,
-                                                      ALPHA)))
+                                                      ALPHA), slurm_nodes, slurm_sort_key))
         finally:
             live.cleanup()
     ratios = [r["ratio"] for r in rows]
@@ -229,6 +233,7 @@ def run(count: int = 6, seed: int = 11,
                                       for i, v in enumerate(slurm.version())),
             "jobs": rows, "alpha": ALPHA, "seed": seed,
             "ratio_mean": round(statistics.fmean(ratios), 3) if ratios else None,
+            "slurm_ranks_in_name_order": all(r["slurm_ranks_in_name_order"] for r in rows),
             "ours_never_worse": all(r["ours"]["weighted_spread"] <= r["slurm"]["weighted_spread"]
                                     for r in rows)}
 
@@ -248,6 +253,10 @@ def markdown(result: dict[str, Any], command: str) -> str:
         lines.append(f"| {i} | {r['nodes']} | {r['pp']} x {r['dp']} | {o['max_dp_spread']} / "
                      f"{o['max_pp_spread']} / {o['weighted_spread']:g} | {s['max_dp_spread']} / "
                      f"{s['max_pp_spread']} / {s['weighted_spread']:g} | {r['ratio']} |")
+    order = ("in node-name order on every job (as `arnold place --explain` draws Slurm's "
+             "layout)" if result["slurm_ranks_in_name_order"] else
+             "not in node-name order on some jobs")
     lines += ["", f"Mean ratio ours / Slurm's weighted spread: **{result['ratio_mean']}**; "
-              f"ours never worse, job by job: **{result['ours_never_worse']}**."]
+              f"ours never worse, job by job: **{result['ours_never_worse']}**. Slurm's default "
+              f"task layout put its ranks {order}."]
     return "\n".join(lines)

@@ -68,6 +68,7 @@ def test_live_quick_bench_reads_both_rank_orders_and_ours_never_loses(
             assert len(hostlist.expand_hostlist(row[side]["nodes"])) == row["nodes"]
         assert row["ours"]["weighted_spread"] <= row["slurm"]["weighted_spread"]
     assert doc["ours_never_worse"] is True
+    assert isinstance(doc["slurm_ranks_in_name_order"], bool)
     assert not docs.exists()
     left = [j for j in slurm.jobs(unfinished=True)
             if j.name == "wrap" or j.name.startswith(("ours-", "slurm-"))]
