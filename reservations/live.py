@@ -255,6 +255,14 @@ class Plan:
     choice: ReservationChoice | None
     imminent: bool
     predictor: str
+    #: Slurm's own estimate of the LPJ's start (backfill's, by time limits), when it has one.
+    slurm_start: float | None = None
+    #: Node-hours the planned nodes sit idle before the start, and what it saves the LPJ
+    #: against ``slurm_start`` (None without one).
+    idle_node_h: float = 0.0
+    saved_node_h: float | None = None
+    #: Whether it pays for itself (always, without Slurm's estimate or with the rule off).
+    pays: bool = True
 
     def as_json(self) -> dict[str, Any]:
         """The ``arnold reserve plan --json`` object."""
@@ -262,6 +270,10 @@ class Plan:
             "job_id": self.job.job_id, "user": self.job.user, "nodes": list(self.nodes),
             "expected_start": round(self.expected_start), "weighted_spread": self.spread,
             "source": self.source, "imminent": self.imminent, "predictor": self.predictor,
+            "slurm_start": round(self.slurm_start) if self.slurm_start else None,
+            "idle_node_h": round(self.idle_node_h, 2),
+            "saved_node_h": None if self.saved_node_h is None else round(self.saved_node_h, 2),
+            "pays": self.pays,
             "candidates": [{"pool_nodes": size, "start": round(start), "weighted_spread": sp}
                            for size, start, sp in (self.choice.candidates if self.choice
                                                    else ())],
@@ -270,8 +282,11 @@ class Plan:
 
 def plan_nodes(snap: Snapshot, predictor: LivePredictor, shape: JobShape, *,
                horizon_s: float, own: str | None = None, spread_weight_h: float = 1.0,
-               alpha: float = 0.5, time_limit: float | None = None) -> ReservationChoice | None:
-    """The policy's nodes for an LPJ of ``shape``; ``None`` when it is not imminent.
+               alpha: float = 0.5, time_limit: float | None = None,
+               slurm_start: float | None = None,
+               idle_share: float = 1.0) -> ReservationChoice | None:
+    """The policy's nodes for an LPJ of ``shape``; ``None`` when it is not imminent or (given
+    ``slurm_start``) no pool pays for itself.
 
     First among nodes in no other reservation and not asked for by name (``-w``) by a pending
     job. When too few are left, among every node outside an admin's reservations, a taken one
@@ -300,7 +315,8 @@ def plan_nodes(snap: Snapshot, predictor: LivePredictor, shape: JobShape, *,
     return choose_reservation(
         snap.view.topology, names, np.array([drain.get(n, snap.now) for n in names]),
         eligible, snap.now, shape, alpha=alpha, time_limit=time_limit,
-        spread_weight_h=spread_weight_h, horizon_s=horizon_s)
+        spread_weight_h=spread_weight_h, horizon_s=horizon_s, slurm_start=slurm_start,
+        idle_share=idle_share)
 
 
 class Reserver:
@@ -352,6 +368,11 @@ class Reserver:
                 "reservation")
         own = reservation_name(job_id)
         horizon = self.settings.horizon_h * 3600
+        # Slurm's own estimate of the start (backfill's, by limits), before any reservation of
+        # ours changes it: what reserving is measured against.
+        slurm_start = (float(job.start_time) if self.settings.pay_for_itself
+                       and job.start_time and job.start_time > snap.now
+                       and job.reservation != own else None)
         nodes_needed = job.node_count or max(1, job.gpus // snap.gpus_per_node)
         if job.required_nodes and len(job.required_nodes) == nodes_needed:
             clash = set(job.required_nodes) & snap.reserved(but=own)
@@ -365,15 +386,29 @@ class Reserver:
             # The best layout on exactly those nodes (what arnold-sbatch found for them).
             spread = place(snap.view.topology, job.required_nodes, shape, algo="mip",
                            alpha=0.5).metrics
+            idle_h = sum(start - max(snap.now, drain.get(n, snap.now))
+                         for n in job.required_nodes) / 3600
+            saved_h = None if slurm_start is None else \
+                len(job.required_nodes) * (slurm_start - start) / 3600
             return Plan(job, job.required_nodes, start, spread.weighted_spread,
-                        "requested nodes", None, start - snap.now <= horizon, predictor.name)
+                        "requested nodes", None, start - snap.now <= horizon, predictor.name,
+                        slurm_start, idle_h, saved_h,
+                        saved_h is None or saved_h >= self.settings.idle_share * idle_h)
         shape = lpj_shape(nodes_needed, snap.gpus_per_node)
         choice = plan_nodes(snap, predictor, shape, horizon_s=math.inf, own=own,
-                            spread_weight_h=self.settings.spread_weight_h)
+                            spread_weight_h=self.settings.spread_weight_h,
+                            slurm_start=slurm_start, idle_share=self.settings.idle_share)
+        pays = choice is not None
+        if choice is None:  # no pool pays: where it would go all the same (a forced create)
+            choice = plan_nodes(snap, predictor, shape, horizon_s=math.inf, own=own,
+                                spread_weight_h=self.settings.spread_weight_h)
         assert choice is not None  # an infinite horizon always leaves a pool
         return Plan(job, choice.nodes, choice.expected_start,
                     choice.placement.metrics.weighted_spread, "policy", choice,
-                    choice.expected_start - snap.now <= horizon, predictor.name)
+                    choice.expected_start - snap.now <= horizon, predictor.name, slurm_start,
+                    choice.idle_node_h, choice.saved_node_h if pays else (
+                        None if slurm_start is None else
+                        shape.nodes * (slurm_start - choice.expected_start) / 3600), pays)
 
     # -- changing ------------------------------------------------------------------------
     def create(self, job_id: int, snap: Snapshot | None = None,
@@ -391,6 +426,11 @@ class Reserver:
             raise InfeasibleError(f"job {job_id}: its nodes drain in "
                                   f"{(plan.expected_start - snap.now) / 3600:.1f} h, beyond "
                                   f"the {self.settings.horizon_h} h horizon; not yet")
+        if not plan.pays and not force:
+            raise InfeasibleError(
+                f"job {job_id}: reserving would save it {plan.saved_node_h or 0:.1f} node-h "
+                f"against Slurm's own start but idle {plan.idle_node_h:.1f} node-h (counted "
+                f"at {self.settings.idle_share:g}); not reserved (reservation.pay_for_itself)")
         self.slurm.create_reservation(name, plan.nodes, users=[plan.job.user],
                                       flags=["IGNORE_JOBS"])
         self.actions.append(f"created {name} on {len(plan.nodes)} nodes for job {job_id}")

@@ -54,6 +54,12 @@ class ReservationSettings(BaseModel):
     horizon_h: float = Field(default=2.0, gt=0, description=(
         "reserve only LPJs whose nodes are expected to drain within this many hours"))
     max_reservations: int = Field(default=4, ge=0, description="our reservations at once")
+    pay_for_itself: bool = Field(default=True, description=(
+        "reserve (sync) only where the LPJ's earlier start, against Slurm's own estimate, "
+        "saves at least idle_share of the node-hours the reserved nodes sit idle"))
+    idle_share: float = Field(default=0.25, ge=0, le=1, description=(
+        "the share of a reservation's idle node-hours counted as its cost (chosen by "
+        "`arnold bench sim --variants` over every shared log; docs/sim.md)"))
     spread_weight_h: float = Field(default=1.0, ge=0, description=(
         "hours of expected wait one unit of weighted spread is worth when choosing nodes"))
     predictor: Literal["model_q", "requested"] = Field(default="model_q", description=(

@@ -2,7 +2,9 @@
 
 The local cluster has 64 nodes of 8 GPUs; here a large job (LPJ) is one of 64 GPUs or more and
 the admission gate uses time limits (``reservation.predictor = "requested"``), so that which
-short job fits is known exactly; the model's gate is the same code with other numbers.
+short job fits is known exactly; the model's gate is the same code with other numbers. With
+limits as predictions a reservation never starts an LPJ before Slurm's own estimate, so the
+rule that it must pay for itself (tested on its own below) is off for the mechanism's tests.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def env(slurm: Slurm, tmp_path: Path) -> Iterator[dict[str, str]]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("ARNOLD_")}
     environ.update(ARNOLD_STATE_DIR=str(state), ARNOLD_RESERVATION__LARGE_JOB_GPUS="64",
                    ARNOLD_RESERVATION__PREDICTOR="requested",
+                   ARNOLD_RESERVATION__PAY_FOR_ITSELF="false",
                    ARNOLD_CONFIG=str(state / "user.toml"))
     yield environ
     _clean(slurm)
@@ -331,3 +334,27 @@ def test_bench_fidelity_quick(slurm: Slurm, env: dict[str, str]) -> None:
     assert out["same_order_fraction"] >= 0.75 and out["pair_agreement"] >= 0.9
     assert len(out["per_job"]) == 20
     assert not ours(slurm)  # sync ran after the last LPJ and left nothing
+
+
+def test_a_reservation_that_would_not_beat_slurms_own_start_is_not_made(
+        slurm: Slurm, env: dict[str, str]) -> None:
+    # 48 nodes busy for 3 minutes by their limits. The LPJ (56 nodes) needs the 16 idle ones
+    # and 40 of them; with limits as predictions its reserved start is Slurm's own estimate,
+    # so reserving saves it nothing while the 16 idle nodes would wait 3 minutes for it.
+    fill(48, limit_min=3, seconds=170)
+    lpj = sbatch("-N56", "--exclusive", "--gres=gpu:8", "-t", "3", "--wrap", "true")
+    deadline = time.monotonic() + 60
+    while (job := {j.job_id: j for j in slurm.jobs()}[lpj]).start_time is None:
+        assert time.monotonic() < deadline, "Slurm's backfill gave the LPJ no start estimate"
+        time.sleep(0.5)
+    paying = {**env, "ARNOLD_RESERVATION__PAY_FOR_ITSELF": "true"}
+    plan = json.loads(arnold(paying, "reserve", "plan", str(lpj), "--json").stdout)
+    assert plan["slurm_start"] == job.start_time
+    assert plan["idle_node_h"] > 0.5, plan  # 16 nodes x ~3 min
+    assert plan["saved_node_h"] < 0.25 * plan["idle_node_h"]
+    assert plan["pays"] is False
+    assert json.loads(arnold(paying, "reserve", "sync", "--json").stdout) == []
+    assert f"arnold_{lpj}" not in ours(slurm)
+    # The same LPJ with the rule off (the env fixture's): reserved.
+    assert f"created arnold_{lpj} on 56 nodes for job {lpj}" in json.loads(
+        arnold(env, "reserve", "sync", "--json").stdout)
