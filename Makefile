@@ -5,7 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 APT_PACKAGES := munge slurmctld slurmd slurmdbd slurm-client libslurm-dev mariadb-server \
-	mariadb-client python3 python3-venv python3-dev gcc make libgomp1 clang libclang-rt-dev
+	mariadb-client python3 python3-venv python3-dev gcc make libgomp1 clang libclang-rt-dev \
+	chromium
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 # Which Slurm the local cluster runs: 22.05 (Debian 12's, the host's packages) or 26.05
 # (Debian unstable's, installed into a debootstrap root; see site_config/devcluster).

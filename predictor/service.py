@@ -4,6 +4,7 @@ and the retraining run (import, train, compare, swap) under a lock."""
 from __future__ import annotations
 
 import fcntl
+import json
 import math
 import os
 import time
@@ -38,6 +39,11 @@ class RetrainBusy(ArnoldError):
 def model_dir(config: SiteConfig) -> Path:
     """Where the serving model lives: ``predictor.model_dir`` or ``<state_dir>/model``."""
     return config.predictor.model_dir or config.state_dir / "model"
+
+
+def last_retrain_path(config: SiteConfig) -> Path:
+    """Where the last ``retrain``'s outcome is kept (``arnold report`` shows it)."""
+    return config.state_dir / "predictor-last-retrain.json"
 
 
 def load_serving(config: SiteConfig) -> JctModel:
@@ -212,4 +218,14 @@ def retrain(config: SiteConfig, state: StateDB, *, slurm: Slurm | None = None,
             save(final, model_dir(config))
         result["swapped"] = swap
         result["model_dir"] = str(model_dir(config))
+        _keep_outcome(config, result)
         return result
+
+
+def _keep_outcome(config: SiteConfig, result: dict[str, Any]) -> None:
+    """Write the retrain's outcome beside the model, readable by all, in one rename."""
+    path = last_retrain_path(config)
+    tmp = path.with_suffix(f".tmp.{os.getpid()}")
+    tmp.write_text(json.dumps(result | {"finished_at": time.time()}, default=str))
+    tmp.chmod(0o644)
+    tmp.replace(path)

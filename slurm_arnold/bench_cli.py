@@ -264,6 +264,26 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
                        f" mean wait {r['mean_wait_h']:.2f} h ({r['seconds']} s)")
 
 
+@bench.command("report")
+@quick_option("the 64-node page only")
+@docs_option
+@json_option()
+def bench_report(quick: bool, docs: str, as_json: bool) -> None:
+    """The admins' page's size and render time in headless Chromium, 64 and 12,500 nodes."""
+    from benchmarks.placement import write_section
+    from benchmarks.report import markdown as report_markdown
+    from benchmarks.report import run as report_run
+
+    result = report_run(quick, shots=None if quick else Path(docs).parent)
+    if not quick:
+        write_section(Path(docs), "report", report_markdown(result, "arnold bench report"))
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    for r in result["pages"]:
+        click.echo(f"{r['nodes']} nodes: {r['bytes']} bytes, render {r['render_ms']} ms")
+
+
 @bench.command("fidelity")
 @quick_option("20 jobs")
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=2), default=100, show_default=True,

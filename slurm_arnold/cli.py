@@ -48,6 +48,7 @@ LAZY_GROUPS = {
     "bench": "slurm_arnold.bench_cli",
     "pipeline": "slurm_arnold.pipeline_cli",
     "plan": "slurm_arnold.plan_cli",
+    "report": "slurm_arnold.report_cli",
     "reserve": "slurm_arnold.reserve_cli",
     "site": "slurm_arnold.site_cli",
 }

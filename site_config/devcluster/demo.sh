@@ -53,3 +53,13 @@ echo "\$ arnold pipeline --from-job $job --model gpt-18.4b --global-batch 512 --
 arnold pipeline --from-job "$job" --model gpt-18.4b --global-batch 512 --gpu a100-80g
 echo
 echo "picture of both layouts: $out/placement.svg"
+echo
+echo "== 6. The admins' page and metrics (arnold report; run it beside arnold reserve sync) =="
+echo "\$ arnold report --html $out/report --metrics $out/arnold.prom"
+arnold report --html "$out/report" --metrics "$out/arnold.prom"
+if command -v chromium >/dev/null; then
+    chromium --headless=new --no-sandbox --disable-gpu --hide-scrollbars --window-size=1280,800 \
+        --screenshot="$out/report.png" "file://$out/report/index.html" >/dev/null 2>&1
+fi
+echo "the page: file://$out/report/index.html (serve $out/report with any web server)"
+echo "its screenshot: $out/report.png; the metrics: $out/arnold.prom"

@@ -403,7 +403,9 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
                                 "placement": algo, "rank_order": order, "argv": argv}),
             "placement": json.dumps(placement.as_json() | {
                 "nodes": placement.nodes(), "placement_id": placement_id,
-                "hostfile": str(hostfile), "gap": placement.gap}),
+                "hostfile": str(hostfile), "gap": placement.gap,
+                "slurm_alone": _slurm_alone(view, free if not queued else None, job,
+                                            placement.alpha)}),
         }
         record_id = db.record_job(record)
         sbatch_argv = [*request.parsed.sbatch_args, *extra]
@@ -422,6 +424,24 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
     if code == 0 and job_id:
         after_submit(config, slurm, int(job_id), queued=queued, gpus=job.gpus)
     return code
+
+
+def _slurm_alone(view: ClusterView, free: set[str] | None, job: JobShape,
+                 alpha: float) -> dict[str, Any] | None:
+    """What Slurm alone would have given the job on the same free nodes (topology/tree's rule,
+    modelled: no slurmctld round trip inside the lock), kept so the admins' page shows it
+    beside ours without placing anything again; None for a job queued for busy nodes."""
+    if free is None:
+        return None
+    from dataclasses import replace
+
+    from slurm_arnold.explain import slurm_reference
+
+    try:
+        theirs = slurm_reference(replace(view, free=set(free)), job, alpha, None)
+    except ArnoldError:
+        return None
+    return theirs.metrics.as_dict() | {"nodes": theirs.nodes()}
 
 
 def _plain_argv(request: Request) -> list[str]:
