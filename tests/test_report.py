@@ -4,6 +4,7 @@ metrics (checked with the Prometheus client library's own parser)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -183,3 +184,48 @@ def test_the_page_shows_a_placed_job_a_reservation_with_an_admitted_job_and_a_dr
         assert time.time() - families["arnold_report_timestamp_seconds"].samples[0].value < 120
     finally:
         slurm.run(["scontrol", "update", f"NodeName={drained}", "State=RESUME"], check=False)
+
+
+def test_the_predictor_section_measures_recent_decisions_against_their_run_times(
+        tmp_path: Path) -> None:
+    from site_config import SiteConfig
+    from slurm_arnold.report.gather import _predictor, gather
+    from slurm_arnold.report.page import render
+    from slurm_arnold.state import StateDB
+    from slurm_arnold.topology import parse_topology
+
+    config = SiteConfig(state_dir=tmp_path)
+    state = StateDB(tmp_path / "site.db")
+    # Three decided jobs that finished: 100 s predicted (upper 200) ran 100 s; 100 s (upper
+    # 150) ran 400 s; 1000 s (upper 2000) ran 10 s. One decided job not finished yet.
+    rows = [(1, 100.0, 200.0, 100), (2, 100.0, 150.0, 400), (3, 1000.0, 2000.0, 10),
+            (4, 50.0, 60.0, None)]
+    with state.transaction() as db:
+        for job_id, point, upper, ran in rows:
+            db["admissions"].insert({  # type: ignore[union-attr]
+                "job_id": job_id, "user": "u", "reservation": "arnold_9", "decision": "admit",
+                "source": "sync", "predictor": "model_q", "predicted_s": point,
+                "upper_s": upper, "expected_start": 0.0, "mode": "share",
+                "time_limit_min": 60, "decided_at": float(job_id),
+                "last_decided_at": float(job_id), "times": 1})
+            if ran is not None:
+                db["history"].insert({  # type: ignore[union-attr]
+                    "source": "sacct", "job_id": str(job_id), "user": "u", "submit": 0,
+                    "start": 1000, "end": 1000 + ran, "nodes": 1, "gpus": 8, "procs": 8,
+                    "time_limit": 3600, "state": "COMPLETED", "exit_code": 0})
+    shown = _predictor(config, state.db.conn, time.time())
+    state.close()
+    recent = shown["recent"]
+    assert recent["jobs"] == 3
+    expected = (0 + math.log(4) + math.log(100)) / 3
+    assert recent["mae_log"] == pytest.approx(expected, abs=1e-3)
+    assert recent["coverage"] == pytest.approx(2 / 3, abs=1e-3)  # job 2 outran its upper
+    topo = parse_topology("SwitchName=l0 Nodes=a[1-2]\nSwitchName=p0 Switches=l0\n"
+                          "SwitchName=core Switches=p0\n", "t")
+    report = gather(config, topology=topo)
+    report.predictor = shown
+    dom = _Dom()
+    dom.feed(render(report))
+    dots = dom.all("circle")
+    assert len(dots) == 3
+    assert sorted(d["fill"] for d in dots) == ["#4c78a8", "#4c78a8", "#d62728"]
