@@ -229,3 +229,33 @@ def test_the_predictor_section_measures_recent_decisions_against_their_run_times
     dots = dom.all("circle")
     assert len(dots) == 3
     assert sorted(d["fill"] for d in dots) == ["#4c78a8", "#4c78a8", "#d62728"]
+
+
+def test_a_waiting_job_is_explained_in_words() -> None:
+    from slurm_arnold.report.gather import _why
+    from slurm_arnold.slurm import JobInfo
+    from slurm_arnold.topology import parse_topology
+
+    topo = parse_topology("SwitchName=l0 Nodes=a[1-2]\nSwitchName=l1 Nodes=a[3-4]\n"
+                          "SwitchName=p0 Switches=l0\nSwitchName=p1 Switches=l1\n"
+                          "SwitchName=core Switches=p[0-1]\n", "t")
+
+    def job(**kw: Any) -> JobInfo:
+        base: dict[str, Any] = {"job_id": 5, "name": "n", "user": "u", "state": "PENDING",
+                                "nodes": (), "partition": "p", "time_limit_min": 10,
+                                "start_time": None, "end_time": None, "reservation": None,
+                                "node_count": 3}
+        return JobInfo(**(base | kw))
+
+    now = 1000.0
+    reserved = {"arnold_5": {"nodes": ["a1", "a2", "a3"], "expected_start": now + 720}}
+    assert _why(job(reservation="arnold_5"), topo, reserved, now) == (
+        "reserved on its 3 nodes, expected to start in ~12 min")
+    assert _why(job(required_nodes=("a1", "a3", "a4"), reason="Resources"), topo, {}, now) == (
+        "waiting for its 3 planned nodes in 2 minipods to drain")
+    assert _why(job(required_nodes=("a1",), reason="Priority"), topo, {}, now) == (
+        "waiting behind higher-priority jobs for its 1 planned node in 1 minipod to drain")
+    assert _why(job(reason="JobHeldUser"), topo, {}, now).startswith("held")
+    assert _why(job(reason="Resources"), topo, {}, now) == (
+        "waiting for 3 nodes to become free")
+    assert _why(job(reason="Dependency"), topo, {}, now) == "Slurm says: Dependency"

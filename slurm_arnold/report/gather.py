@@ -211,8 +211,9 @@ def _why(job: JobInfo, topology: Topology, reservations: dict[str, dict[str, Any
                 if n in topology.node_leaf}
         where = f"in {len(pods)} minipod{'s' if len(pods) != 1 else ''}" if pods else ""
         ahead = " behind higher-priority jobs" if job.reason == "Priority" else ""
-        return (f"waiting{ahead} for its {len(job.required_nodes)} planned nodes {where} to "
-                "drain").replace("  ", " ")
+        count = len(job.required_nodes)
+        return (f"waiting{ahead} for its {count} planned node{'s' if count != 1 else ''} "
+                f"{where} to drain").replace("  ", " ")
     if job.reason == "Priority":
         return "behind higher-priority jobs"
     if job.reason == "Resources":
