@@ -87,6 +87,10 @@ def evaluate(jobs: Sequence[JobRecord], quantile: float = 0.9, train_share: floa
                     "model": metrics(point, test_actual),
                     "model_q": metrics(upper, test_actual)},
         "train_seconds": round(float(model.meta["train_seconds"]), 2),
+        # Test jobs that ran past their requested time (killed late, or limits raised): a
+        # prediction capped at the request cannot cover them, so 1 minus this share bounds
+        # any capped upper prediction's coverage.
+        "test_outran_request": round(float(np.mean(test_actual > test_req)), 4),
     }
     if ablation:
         y = log_seconds(actual[:cut])
