@@ -173,11 +173,12 @@ def test_evaluate_reports_the_share_no_capped_prediction_can_cover() -> None:
 
     # Every 10th job runs 50 s past its request (killed late): of the test set's jobs, those
     # are the ones a prediction capped at the request cannot cover.
-    jobs = [replace(j, end=j.start + j.time_limit + 50) if i % 10 == 0 else j
+    jobs = [replace(j, end=(j.start or 0) + (j.time_limit or 0) + 50) if i % 10 == 0 else j
             for i, j in enumerate(_jobs(400))]
     result = evaluate(jobs)
     test = sorted(jobs, key=lambda j: j.submit)[result["n_train"]:]
-    expected = sum(1 for j in test if j.end - j.start > j.time_limit) / len(test)
+    expected = sum(1 for j in test
+                   if (j.end or 0) - (j.start or 0) > (j.time_limit or 0)) / len(test)
     assert result["test_outran_request"] == pytest.approx(expected, abs=1e-4)
     assert 0.05 < result["test_outran_request"] < 0.15
     assert result["methods"]["model_q"]["coverage"] <= 1 - result["test_outran_request"] + 1e-9

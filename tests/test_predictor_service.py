@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -245,13 +246,19 @@ def test_schedule_examples_run_real_commands() -> None:
         for line in path.read_text().splitlines():
             if line.startswith("#") or "/opt/slurm-arnold/bin/arnold " not in line:
                 continue
-            seen += 1
-            argv = line.split("/opt/slurm-arnold/bin/arnold ", 1)[1].split(">>")[0].split()
-            result = CliRunner().invoke(main, [*argv[:2], "--help"])
-            assert result.exit_code == 0, (path.name, line, result.output)
-            options = [a for a in argv[2:] if a.startswith("--")]
-            assert all(o in result.output for o in options), (path.name, line, result.output)
+            # A line may run several of ours, one after the other ("; ").
+            for command in line.split("/opt/slurm-arnold/bin/arnold ")[1:]:
+                seen += 1
+                argv = re.split(r">>|;|&&", command)[0].split()
+                # The command's words (`reserve sync`, or just `report`), then its options.
+                words = 1 + (len(argv) > 1 and not argv[1].startswith("-"))
+                result = CliRunner().invoke(main, [*argv[:words], "--help"])
+                assert result.exit_code == 0, (path.name, line, result.output)
+                options = [a for a in argv[words:] if a.startswith("--")]
+                assert all(o in result.output for o in options), (path.name, line,
+                                                                  result.output)
             if path.suffix in (".scrontab", ".cron"):
                 fields = line.split()[:5]
                 assert all(f == "*" or f.isdigit() for f in fields), (path.name, line)
-    assert seen == 5  # retrain: scrontab, service; reserve sync: scrontab, cron, service
+    # retrain: scrontab, service; reserve sync and then report: scrontab, cron, service
+    assert seen == 8
