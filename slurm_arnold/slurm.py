@@ -693,8 +693,8 @@ class Slurm:
         kilobytes apiece, which arnold-sbatch would pay inside the site lock on every submission.
         """
         if not unfinished:
-            # 22.05's --json ignores filters and lists every job; from 23.02 on it applies
-            # squeue's default (unfinished jobs of visible partitions) unless told otherwise.
+            # 22.05's --json ignores filters and lists every job; 26.05's applies squeue's
+            # default (unfinished jobs of visible partitions) unless told otherwise.
             doc = self._json(["squeue"] if self.json_family == "v0.0.38"
                              else ["squeue", "--all", "--states=all"])
             if doc is not None:
