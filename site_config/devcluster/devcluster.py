@@ -817,6 +817,29 @@ def stop_slurm(p: dict[str, Path]) -> None:
     stop_pidfile(RUN / "slurmctld.pid")
 
 
+def kill_leftovers() -> list[int]:
+    """SIGKILL what still runs from this cluster's ``bin`` after the daemons were stopped by
+    their PID files (a slurmctld whose PID file went before it did, a forked helper such as
+    slurmscriptd left behind); the PIDs killed."""
+    marks = {f"{RUN}/bin/", f"{RUN.resolve()}/bin/"}
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace")
+        except OSError:
+            continue
+        if any(cmdline.startswith(mark) for mark in marks):
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+            except ProcessLookupError:
+                pass
+    return killed
+
+
 def down() -> None:
     p = paths()
     if not RUN.exists():
@@ -825,6 +848,10 @@ def down() -> None:
     stop_pidfile(RUN / "slurmdbd.pid")
     stop_pidfile(RUN / "mariadb.pid", timeout=60)
     stop_pidfile(RUN / "munged.pid")
+    left = kill_leftovers()
+    if left:
+        print(f"devcluster: killed {len(left)} leftover process(es) of this cluster",
+              file=sys.stderr)
     print("devcluster: stopped", file=sys.stderr)
 
 
