@@ -192,22 +192,6 @@ def _split_state(raw: str) -> tuple[str, frozenset[str]]:
     return parts[0], frozenset(flags | set(parts[1:]))
 
 
-def _nodes_from_json_v0038(doc: Mapping[str, Any]) -> list[NodeInfo]:
-    out = []
-    for n in doc["nodes"]:
-        base, flags = _split_state(str(n["state"]))
-        out.append(NodeInfo(
-            name=n["name"],
-            state=base,
-            flags=flags | frozenset(str(f).upper() for f in n.get("state_flags") or []),
-            partitions=tuple(n.get("partitions") or ()),
-            gpus_total=parse_gpu_count(n.get("gres")),
-            gpus_used=parse_gpu_count(n.get("gres_used")),
-            features=_features(n.get("active_features")),
-        ))
-    return out
-
-
 def _number(value: Any) -> int | None:
     """An integer of a v0.0.4x document: ``{"set", "infinite", "number"}`` (None when unset
     or infinite), or a plain number."""
@@ -238,20 +222,25 @@ def _job_state(states: Any) -> str:
     return words[0] if words else ""
 
 
-def _nodes_from_json_v004x(doc: Mapping[str, Any]) -> list[NodeInfo]:
-    """``scontrol show nodes --json`` of data_parser v0.0.42 to v0.0.45."""
+def _nodes_from_json(doc: Mapping[str, Any]) -> list[NodeInfo]:
+    """Nodes of ``sinfo --json`` (v0.0.38: a state word, ``state_flags``, features as text)
+    or ``scontrol show nodes --json`` (v0.0.42 to v0.0.45: the state as a list of words,
+    features as a list)."""
     out = []
     for n in doc["nodes"]:
-        states = n.get("state") or ["UNKNOWN"]
-        base, flags = _split_state("+".join(str(s) for s in states))
+        state = n.get("state") or "UNKNOWN"
+        words = [str(w) for w in state] if isinstance(state, list) else [str(state)]
+        base, flags = _split_state("+".join(words or ["UNKNOWN"]))
+        features = n.get("active_features")
         out.append(NodeInfo(
             name=n["name"],
             state=base,
-            flags=flags,
+            flags=flags | frozenset(str(f).upper() for f in n.get("state_flags") or []),
             partitions=tuple(n.get("partitions") or ()),
             gpus_total=parse_gpu_count(n.get("gres")),
             gpus_used=parse_gpu_count(n.get("gres_used")),
-            features=_features(",".join(n.get("active_features") or ())),
+            features=_features(",".join(features) if isinstance(features, list)
+                               else features),
         ))
     return out
 
@@ -276,35 +265,9 @@ def _nodes_from_scontrol(text: str) -> list[NodeInfo]:
     return out
 
 
-def _jobs_from_json_v0038(doc: Mapping[str, Any]) -> list[JobInfo]:
-    out = []
-    for j in doc["jobs"]:
-        nodes = j.get("nodes") or ""
-        required = j.get("required_nodes") or ""
-        out.append(JobInfo(
-            job_id=int(j["job_id"]),
-            name=j.get("name") or "",
-            user=j.get("user_name") or str(j.get("user_id", "")),
-            state=str(j.get("job_state", "")).upper(),
-            nodes=tuple(hostlist.expand_hostlist(nodes)) if nodes else (),
-            partition=j.get("partition") or "",
-            time_limit_min=j.get("time_limit"),
-            start_time=j.get("start_time") or None,
-            end_time=j.get("end_time") or None,
-            # v0.0.38 names it resv_name ("reservation" is not in the object)
-            reservation=j.get("resv_name") or j.get("reservation") or None,
-            node_count=int(j.get("node_count") or 0),
-            gpus=_gpus_in_tres(j.get("tres_alloc_str") or j.get("tres_req_str")),
-            submit_time=j.get("submit_time") or None,
-            required_nodes=tuple(hostlist.expand_hostlist(required)) if required else (),
-            reason=str(j.get("state_reason") or ""),
-            priority=int(j.get("priority") or 0),
-        ))
-    return out
-
-
-def _jobs_from_json_v004x(doc: Mapping[str, Any]) -> list[JobInfo]:
-    """``squeue --json`` of data_parser v0.0.42 to v0.0.45."""
+def _jobs_from_json(doc: Mapping[str, Any]) -> list[JobInfo]:
+    """``squeue --json``: v0.0.38's plain numbers and state word, or v0.0.42 to v0.0.45's
+    ``{set, infinite, number}`` numbers and state lists (``_number``, ``_job_state``)."""
     out = []
     for j in doc["jobs"]:
         nodes = j.get("nodes") or ""
@@ -319,6 +282,7 @@ def _jobs_from_json_v004x(doc: Mapping[str, Any]) -> list[JobInfo]:
             time_limit_min=_number(j.get("time_limit")),
             start_time=_number(j.get("start_time")) or None,
             end_time=_number(j.get("end_time")) or None,
+            # v0.0.38 names it resv_name too ("reservation" is not in the object)
             reservation=j.get("resv_name") or None,
             node_count=_number(j.get("node_count")) or 0,
             gpus=_gpus_in_tres(j.get("tres_alloc_str") or j.get("tres_req_str")),
@@ -423,38 +387,8 @@ def _gpus_from_tres(tres: Sequence[Mapping[str, Any]]) -> int:
                if t.get("type") == "gres" and t.get("name") == "gpu")
 
 
-def _accounting_from_json_v0038(doc: Mapping[str, Any]) -> list[AccountingRecord]:
-    out = []
-    for j in doc["jobs"]:
-        t = j.get("time", {})
-        nodes = j.get("nodes") or ""
-        expanded = hostlist.expand_hostlist(nodes) if nodes and nodes != "None assigned" else []
-        out.append(AccountingRecord(
-            job_id=int(j["job_id"]),
-            name=j.get("name") or "",
-            user=j.get("user") or "",
-            group=j.get("group") or "",
-            account=j.get("account") or "",
-            partition=j.get("partition") or "",
-            qos=j.get("qos") or "",
-            state=str(j.get("state", {}).get("current", "")).upper(),
-            exit_code=int(j.get("exit_code", {}).get("return_code") or 0),
-            nodes=tuple(expanded),
-            # 22.05 briefly shows a finished job as a bare "allocation" record with
-            # allocation_nodes 0 (and one node listed): keep that 0 so callers can tell.
-            node_count=int(j["allocation_nodes"]) if "allocation_nodes" in j
-            else len(expanded),
-            gpus=_gpus_from_tres(j.get("tres", {}).get("allocated") or []),
-            submit=t.get("submission") or None,
-            start=t.get("start") or None,
-            end=t.get("end") or None,
-            time_limit_min=t.get("limit"),
-        ))
-    return out
-
-
-def _accounting_from_json_v004x(doc: Mapping[str, Any]) -> list[AccountingRecord]:
-    """``sacct --json`` of data_parser v0.0.42 to v0.0.45."""
+def _accounting_from_json(doc: Mapping[str, Any]) -> list[AccountingRecord]:
+    """``sacct --json`` of v0.0.38 or v0.0.42 to v0.0.45 (as ``_jobs_from_json``)."""
     out = []
     for j in doc["jobs"]:
         t = j.get("time", {})
@@ -471,6 +405,8 @@ def _accounting_from_json_v004x(doc: Mapping[str, Any]) -> list[AccountingRecord
             state=_job_state(j.get("state", {}).get("current")),
             exit_code=_number(j.get("exit_code", {}).get("return_code")) or 0,
             nodes=tuple(expanded),
+            # 22.05 briefly shows a finished job as a bare "allocation" record with
+            # allocation_nodes 0 (and one node listed): keep that 0 so callers can tell.
             node_count=int(j["allocation_nodes"]) if "allocation_nodes" in j
             else len(expanded),
             gpus=_gpus_from_tres(j.get("tres", {}).get("allocated") or []),
@@ -660,15 +596,11 @@ class Slurm:
 
     def nodes(self) -> list[NodeInfo]:
         """Every node with its state and GPUs."""
-        if self.json_family == "v0.0.38":
-            doc = self._json(["sinfo"])
-            if doc is not None:
-                return _nodes_from_json_v0038(doc)
-        elif self.json_family == "v0.0.4x":
-            # sinfo --json groups nodes alike since 23.02; scontrol lists each one.
-            doc = self._json(["scontrol", "show", "nodes"])
-            if doc is not None:
-                return _nodes_from_json_v004x(doc)
+        # 26.05's sinfo --json groups nodes alike; its scontrol lists each one.
+        doc = self._json(["sinfo"] if self.json_family == "v0.0.38"
+                         else ["scontrol", "show", "nodes"])
+        if doc is not None:
+            return _nodes_from_json(doc)
         return _nodes_from_scontrol(self.run(["scontrol", "show", "node", "--oneliner"]).stdout)
 
     def topology_text(self) -> str:
@@ -698,8 +630,7 @@ class Slurm:
             doc = self._json(["squeue"] if self.json_family == "v0.0.38"
                              else ["squeue", "--all", "--states=all"])
             if doc is not None:
-                return _jobs_from_json_v0038(doc) if self.json_family == "v0.0.38" \
-                    else _jobs_from_json_v004x(doc)
+                return _jobs_from_json(doc)
         states = _SQUEUE_UNFINISHED if unfinished else "all"
         out = self.run(["squeue", "--all", "--noheader", f"--states={states}", "--Format",
                         _SQUEUE_FORMAT]).stdout
@@ -824,8 +755,7 @@ class Slurm:
             args.append(f"--starttime={since}")
         doc = self._json(args)
         if doc is not None:
-            return _accounting_from_json_v0038(doc) if self.json_family == "v0.0.38" \
-                else _accounting_from_json_v004x(doc)
+            return _accounting_from_json(doc)
         out = self.run([*args, "--parsable2", "--noheader",
                         "--format=" + ",".join(_SACCT_FIELDS)]).stdout
         return _accounting_from_sacct_text(out)

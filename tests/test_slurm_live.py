@@ -49,7 +49,7 @@ def test_this_slurms_json_is_read_natively_not_by_falling_back(slurm: Slurm) -> 
 def test_the_older_data_parsers_this_slurm_still_prints_read_the_same(slurm: Slurm) -> None:
     # 26.05 still prints the schemas of 24.11 (v0.0.42), 25.05 and 25.11 on request: each
     # must read as the native one does.
-    from slurm_arnold.slurm import JSON_V004X, _nodes_from_json_v004x
+    from slurm_arnold.slurm import JSON_V004X, _nodes_from_json
 
     if slurm.json_family != "v0.0.4x":
         pytest.skip("this Slurm prints no data_parser v0.0.4x")
@@ -58,7 +58,7 @@ def test_the_older_data_parsers_this_slurm_still_prints_read_the_same(slurm: Slu
         version = schema.split("/")[1]
         doc = json.loads(slurm.run(["scontrol", "show", "nodes", f"--json={version}"]).stdout)
         assert doc["meta"]["plugin"]["data_parser"] == schema
-        assert {n.name: n for n in _nodes_from_json_v004x(doc)} == native
+        assert {n.name: n for n in _nodes_from_json(doc)} == native
 
 
 def test_json_and_text_job_lists_agree_on_awkward_jobs(slurm: Slurm) -> None:
