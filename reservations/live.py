@@ -403,12 +403,12 @@ class Reserver:
             choice = plan_nodes(snap, predictor, shape, horizon_s=math.inf, own=own,
                                 spread_weight_h=self.settings.spread_weight_h)
         assert choice is not None  # an infinite horizon always leaves a pool
+        saved_h = None if slurm_start is None else \
+            shape.nodes * (slurm_start - choice.expected_start) / 3600
         return Plan(job, choice.nodes, choice.expected_start,
                     choice.placement.metrics.weighted_spread, "policy", choice,
                     choice.expected_start - snap.now <= horizon, predictor.name, slurm_start,
-                    choice.idle_node_h, choice.saved_node_h if pays else (
-                        None if slurm_start is None else
-                        shape.nodes * (slurm_start - choice.expected_start) / 3600), pays)
+                    choice.idle_node_h, saved_h, pays)
 
     # -- changing ------------------------------------------------------------------------
     def create(self, job_id: int, snap: Snapshot | None = None,

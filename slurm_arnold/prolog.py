@@ -41,6 +41,7 @@ from slurm_arnold.placement.job import JobShape
 from slurm_arnold.submit.options import directive_lines
 
 if TYPE_CHECKING:
+    from slurm_arnold.rankorder import RankEntry
     from slurm_arnold.slurm import Slurm
 
 log = logging.getLogger(__name__)
@@ -154,10 +155,10 @@ def wanted_from_spec(config: SiteConfig, job: StartingJob) -> Wanted | None:
                   spec.rank_order, own)
 
 
-def rankfile_nodes(path: Path, uid: int | None = None) -> set[str] | None:
-    """The nodes a rank file gives ranks to, or None when it is missing, unreadable, not a
-    rank file, or (with ``uid``) not owned by ``uid`` or root, or writable by others: the
-    same trust the plugin asks for."""
+def rankfile_entries(path: Path, uid: int | None = None) -> list[RankEntry] | None:
+    """The ranks of a rank file, or None when it is missing, unreadable, not a rank file,
+    or (with ``uid``) not owned by ``uid`` or root, or writable by others: the same trust the
+    plugin asks for."""
     from slurm_arnold.rankorder import parse
 
     try:
@@ -175,7 +176,13 @@ def rankfile_nodes(path: Path, uid: int | None = None) -> set[str] | None:
         _, entries = parse(data.decode())
     except (ArnoldError, UnicodeDecodeError, ValueError):
         return None
-    return {e.node for e in entries}
+    return entries
+
+
+def rankfile_nodes(path: Path, uid: int | None = None) -> set[str] | None:
+    """The nodes a rank file gives ranks to (None as ``rankfile_entries``)."""
+    entries = rankfile_entries(path, uid)
+    return None if entries is None else {e.node for e in entries}
 
 
 def admin_rankfile(config: SiteConfig, job_id: int) -> Path:

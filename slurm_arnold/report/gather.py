@@ -113,28 +113,21 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _layout(config: SiteConfig, job: JobInfo, placement_id: str | None) -> dict[str, tuple[int,
-                                                                                        int]]:
-    """node -> (stage, replica) from the rank file the job's tasks read (or will)."""
-    from slurm_arnold.prolog import RANKFILE_LIMIT, admin_rankfile
-    from slurm_arnold.rankorder import parse
+def _layout(config: SiteConfig, job: JobInfo, uid: int,
+            placement_id: str | None) -> dict[str, tuple[int, int]]:
+    """node -> (stage, replica) from the rank file the job's tasks read (or will): the admin
+    side's (in the admin's own directory), else the user's, trusted as the plugin trusts
+    it (owned by the user or root, writable by no one else)."""
+    from slurm_arnold.prolog import admin_rankfile, rankfile_entries
 
-    candidates = [admin_rankfile(config, job.job_id)]
+    candidates: list[tuple[Path, int | None]] = [(admin_rankfile(config, job.job_id), None)]
     if placement_id:
-        candidates.append(config.users_dir / job.user / "rankorder" / f"{placement_id}.rankorder")
-    for path in candidates:
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read(RANKFILE_LIMIT + 1)
-        except OSError:
-            continue
-        if len(data) > RANKFILE_LIMIT:
-            continue
-        try:
-            _, entries = parse(data.decode())
-        except (ArnoldError, UnicodeDecodeError, ValueError):
-            continue
-        return {e.node: (e.pp, e.dp) for e in entries}
+        candidates.append((config.users_dir / job.user / "rankorder" /
+                           f"{placement_id}.rankorder", uid))
+    for path, owner in candidates:
+        entries = rankfile_entries(path, owner)
+        if entries is not None:
+            return {e.node: (e.pp, e.dp) for e in entries}
     return {}
 
 
@@ -175,7 +168,7 @@ def _arnold_job(config: SiteConfig, job: JobInfo, view: ClusterView,
         return None
     record = _placement_record(config, job.user, job.job_id) or {}
     nodes = list(job.nodes or job.required_nodes or record.get("nodes") or [])
-    layout = _layout(config, job, spec.placement_id)
+    layout = _layout(config, job, uid, spec.placement_id)
     layout = {n: cell for n, cell in layout.items() if n in set(nodes)} if nodes else layout
     metrics: dict[str, Any] = {}
     if layout and all(n in view.topology.node_leaf for n in layout):
