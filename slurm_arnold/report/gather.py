@@ -22,11 +22,18 @@ from typing import Any
 from site_config import SiteConfig
 from slurm_arnold.cluster import ClusterView, live_cluster
 from slurm_arnold.errors import ArnoldError
-from slurm_arnold.slurm import UNAVAILABLE_FLAGS, JobInfo, Slurm
+from slurm_arnold.slurm import JobInfo, Slurm
 from slurm_arnold.topology import Topology
 
 #: What holds a node, in the page's legend order (one CSS class each).
 NODE_STATES = ("arnold", "reserved", "busy", "free", "drained", "down")
+#: Node flags the page shows as drained or down. Not UNAVAILABLE_FLAGS as a whole: it holds
+#: PLANNED, which 22.05's backfill sets on idle nodes it keeps for a pending job (a reserved
+#: large job's nodes among them), and those are reserved, not drained.
+DRAINED_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED", "FAIL", "FAILING", "MAINT",
+                           "MAINTENANCE", "REBOOT_REQUESTED", "REBOOT_ISSUED", "INVALID_REG"})
+DOWN_FLAGS = frozenset({"DOWN", "NOT_RESPONDING", "POWERED_DOWN", "POWERING_DOWN",
+                        "POWER_DOWN", "POWERING_UP", "FUTURE"})
 #: Finished admissions the predictor's recent accuracy is measured on (most recent first).
 RECENT_DECISIONS = 500
 
@@ -336,9 +343,9 @@ def _nodes(view: ClusterView, queue: dict[int, JobInfo], ours: dict[int, ArnoldJ
                 node.stage, node.replica = mine.layout[name]
             else:
                 node.state = "busy"
-        elif base in ("DOWN",) or "NOT_RESPONDING" in flags:
+        elif base in DOWN_FLAGS or flags & DOWN_FLAGS:
             node.state = "down"
-        elif flags & UNAVAILABLE_FLAGS or base in ("DRAINED", "FAIL"):
+        elif base in DRAINED_FLAGS or flags & DRAINED_FLAGS:
             node.state = "drained"
         elif node.reservation is not None:
             node.state = "reserved"
