@@ -19,6 +19,15 @@ sees a job that ended after the submit it describes (``tests/test_predictor.py``
 | `u_active` | the user's jobs submitted and not yet ended at submit |
 | `active`, `running` | jobs in the system (submitted, not ended) and running at submit |
 | `hour`, `weekday` | time of day and day of week of the submit (UTC) |
+| `u_last_state` | how the user's last job ended: 0 completed, 1 failed, 2 cancelled, 3 timed out |
+| `u_since_end` | log(1 + s since the user's last job ended): quick resubmits follow failures |
+| `u_same_sig` | log runtime of the user's last finished job with the same requested time and size |
+| `u_med10` | median log runtime of the user's last ten |
+| `u_limit_share` | share of the user's last ten that ran to at least 95% of their requested time |
+| `u_last_procs_eq` | 1 when the user's last finished job had the same size |
+
+The last six were added after the first wave; on the four shared logs they lower the point
+model's mae_log on every log (``arnold bench predictor``; docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -35,9 +44,15 @@ from predictor.swf import JobRecord
 
 FEATURES = ("log_req", "log_procs", "user", "group", "queue", "partition", "u_last1", "u_last2",
             "u_last5", "u_same_req", "u_ratio5", "u_last_req_eq", "u_count", "u_active",
-            "active", "running", "hour", "weekday")
+            "active", "running", "hour", "weekday", "u_last_state", "u_since_end", "u_same_sig",
+            "u_med10", "u_limit_share", "u_last_procs_eq")
 CATEGORICAL = ("user", "group", "queue", "partition")
 NAN = float("nan")
+#: ``u_last_state`` codes by the first word of the state (Slurm's or the SWF reader's);
+#: anything else (node failure, out of memory, partial) counts as failed, unknown as missing.
+STATE_CODES = {"COMPLETED": 0.0, "FAILED": 1.0, "CANCELLED": 2.0, "TIMEOUT": 3.0,
+               "DEADLINE": 3.0, "UNKNOWN": NAN}
+LONG_HISTORY = 10
 
 
 @dataclass
@@ -47,19 +62,35 @@ class UserHistory:
     runtimes: deque[float]
     reqs: deque[int | None]
     last_by_req: dict[int | None, float]
+    last_by_signature: dict[tuple[int | None, int | None], float]
+    log_runtimes: deque[float]  # the last LONG_HISTORY
+    limit_hits: deque[float]  # the last LONG_HISTORY: 1.0 when it ran to >= 95% of its limit
     count: int = 0
+    last_state: float = NAN
+    last_end: float = NAN
+    last_size: int | None = None
 
     @classmethod
     def new(cls) -> UserHistory:
         """An empty history."""
-        return cls(deque(maxlen=5), deque(maxlen=5), {})
+        return cls(deque(maxlen=5), deque(maxlen=5), {}, {}, deque(maxlen=LONG_HISTORY),
+                   deque(maxlen=LONG_HISTORY))
 
-    def add(self, runtime: float, req: int | None) -> None:
-        """A job of this user finished."""
+    def add(self, runtime: float, req: int | None, *, size: int | None = None,
+            state: str = "UNKNOWN", end: float | None = None) -> None:
+        """A job of this user finished (``size``: processors or GPUs; ``state``: how it
+        ended, Slurm's word; ``end``: when, epoch seconds)."""
         self.runtimes.append(runtime)
         self.reqs.append(req)
         self.last_by_req[req] = runtime
+        self.last_by_signature[(req, size)] = runtime
+        self.log_runtimes.append(_log(runtime))
+        self.limit_hits.append(float(bool(req) and runtime >= 0.95 * (req or 0)))
         self.count += 1
+        words = state.split()
+        self.last_state = STATE_CODES.get(words[0] if words else "UNKNOWN", 1.0)
+        self.last_end = float(end) if end is not None else NAN
+        self.last_size = size
 
     def last2_seconds(self) -> float | None:
         """Mean runtime of the last two (the last alone when there is one)."""
@@ -100,6 +131,10 @@ class Vocabulary:
         return NAN if code is None else float(code)
 
 
+def _size(job: JobRecord) -> int | None:
+    return job.procs or job.gpus
+
+
 def _cats(job: JobRecord) -> tuple[str, str, str, str]:
     return job.user, job.group, job.qos, job.partition
 
@@ -112,7 +147,7 @@ def fill_row(row: np.ndarray, job: JobRecord, h: UserHistory, vocab: Vocabulary,
     rts = list(h.runtimes)
     ratios = [r / q for r, q in zip(rts, h.reqs, strict=True) if q]
     row[0] = _log(job.time_limit)
-    row[1] = _log(job.procs or job.gpus)
+    row[1] = _log(_size(job))
     for c, (name, value) in enumerate(zip(CATEGORICAL, _cats(job), strict=True)):
         row[2 + c] = vocab.code(name, value)
     row[6] = _log(rts[-1]) if rts else NAN
@@ -128,6 +163,13 @@ def fill_row(row: np.ndarray, job: JobRecord, h: UserHistory, vocab: Vocabulary,
     row[15] = float(running)
     row[16] = (t % 86400) / 3600.0
     row[17] = float((t // 86400 + 4) % 7)  # 1970-01-01 was a Thursday
+    size = _size(job)
+    row[18] = h.last_state
+    row[19] = math.log1p(max(t - h.last_end, 0.0)) if not math.isnan(h.last_end) else NAN
+    row[20] = _log(h.last_by_signature.get((job.time_limit, size)))
+    row[21] = float(np.median(h.log_runtimes)) if h.log_runtimes else NAN
+    row[22] = float(np.mean(h.limit_hits)) if h.limit_hits else NAN
+    row[23] = float(h.last_size == size) if h.count else NAN
     return last2
 
 
@@ -156,7 +198,8 @@ def compute(jobs: Sequence[JobRecord], vocab: Vocabulary) -> tuple[np.ndarray, l
             done = jobs[k]
             rt = runtime(done)
             if rt is not None:
-                histories[done.user].add(rt, done.time_limit)
+                histories[done.user].add(rt, done.time_limit, size=_size(done),
+                                         state=done.state, end=done.end)
         h = histories[job.user]
         opened = user_open[job.user]
         while opened and opened[0] <= t:

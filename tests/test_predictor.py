@@ -102,6 +102,26 @@ def test_features_never_use_a_job_that_ended_after_the_submit() -> None:
     assert not np.array_equal(base[k, history], shifted[k, history], equal_nan=True)
 
 
+def test_history_features_read_the_users_last_jobs() -> None:
+    def job(i: int, submit: int, run: int, req: int, procs: int, state: str) -> JobRecord:
+        return JobRecord(str(i), "u1", "g", "p", "q", "n", submit, submit, submit + run, None,
+                         None, procs, req, state, None)
+    jobs = [job(0, 0, 3600, 3600, 4, "COMPLETED"),   # ran to its limit
+            job(1, 3700, 60, 7200, 16, "FAILED"),      # the last to end before job 2's submit
+            job(2, 4000, 100, 3600, 4, "COMPLETED")]
+    matrix, _ = compute(jobs, Vocabulary(jobs))
+    row = dict(zip(FEATURES, matrix[2], strict=True))
+    assert row["u_last_state"] == 1.0               # failed
+    assert row["u_since_end"] == pytest.approx(np.log1p(4000 - 3760))
+    assert row["u_same_sig"] == pytest.approx(np.log(3600))  # job 0: same limit and size
+    assert row["u_limit_share"] == pytest.approx(0.5)
+    assert row["u_last_procs_eq"] == 0.0            # job 1 had 16, job 2 has 4
+    assert row["u_med10"] == pytest.approx(np.median([np.log(3600), np.log(60)]))
+    first = dict(zip(FEATURES, matrix[0], strict=True))
+    assert all(np.isnan(first[f]) for f in ("u_last_state", "u_since_end", "u_same_sig",
+                                            "u_med10", "u_limit_share", "u_last_procs_eq"))
+
+
 def test_evaluate_command_on_a_synthetic_log(tmp_path: Path) -> None:
     path = tmp_path / "log.swf"
     lines = [f"{j.job_id} {j.submit} {(j.start or 0) - j.submit} {(j.end or 0) - (j.start or 0)} "

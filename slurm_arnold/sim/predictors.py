@@ -103,7 +103,9 @@ class OnlinePredictor:
         true run times are unknown, so they only count as history, not as labels)."""
         assert job.start is not None and job.end is not None
         runtime = job.end - job.start
-        self.histories[job.user].add(runtime, job.record.time_limit)
+        self.histories[job.user].add(
+            runtime, job.record.time_limit, size=job.record.procs or job.record.gpus,
+            state="TIMEOUT" if job.killed else job.record.state, end=job.end)
         if self.learns and not job.killed:
             self.finished.append(job)
             if self.booster is not None:
