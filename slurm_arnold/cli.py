@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.tree import Tree
 
 from site_config import SiteConfig, load_config
+from slurm_arnold.blocks import tiers
 from slurm_arnold.cluster import (
     ClusterView,
     live_cluster,
@@ -139,8 +140,22 @@ def topology_json(view: ClusterView) -> dict[str, Any]:
             "gpus_total": info.gpus_total if info else 0,
             "gpus_free": info.gpus_free if info and name in view.free else 0,
             "free": name in view.free,
+            "domain": topo.domain_of(name),
+            "path": topo.path_of(name),
         })
-    return {"switches": switches, "nodes": nodes}
+    return {"switches": switches, "nodes": nodes, "tiers": tiers(topo),
+            "block_sizes": list(topo.block_sizes), "domains": _domains_json(view)}
+
+
+def _domains_json(view: ClusterView) -> list[dict[str, Any]]:
+    """Each NVLink domain with its nodes and how many are free (whole: all of them)."""
+    members: dict[str, list[str]] = {}
+    for node, domain in view.topology.domains.items():
+        members.setdefault(domain, []).append(node)
+    return [{"name": name, "nodes": len(nodes),
+             "free": sum(1 for n in nodes if n in view.free),
+             "whole_free": all(n in view.free for n in nodes)}
+            for name, nodes in members.items()]
 
 
 def _kind(view: ClusterView, switch: str) -> str:
@@ -158,20 +173,24 @@ def render_tree(view: ClusterView) -> Tree:
 
     def label(name: str) -> str:
         free, total = view.gpus_under(name)
-        return f"[bold]{name}[/bold] ({_kind(view, name)}) {free}/{total} GPUs free"
+        kind = "NVLink domain" if topo.domains and name in topo.domains.values() \
+            else _kind(view, name)
+        return f"[bold]{name}[/bold] ({kind}) {free}/{total} GPUs free"
 
     def add(parent: Tree, name: str) -> None:
         sw = topo.switches[name]
         branch = parent.add(label(name))
         if sw.is_leaf:
-            groups: dict[str, list[str]] = {}
+            groups: dict[tuple[str | None, str], list[str]] = {}
             for node in sw.children:
                 info = view.nodes.get(node)
                 state = "free" if node in view.free else info.state_text if info else "unknown"
-                groups.setdefault(state, []).append(node)
-            for state, members in groups.items():
+                groups.setdefault((topo.domain_of(node), state), []).append(node)
+            for (domain, state), members in groups.items():
                 colour = "green" if state == "free" else "red"
-                branch.add(f"{hostlist.collect_hostlist(members)} [{colour}]{state}[/{colour}]")
+                where = f" (NVLink domain {domain})" if domain and domain != name else ""
+                branch.add(f"{hostlist.collect_hostlist(members)} [{colour}]{state}[/{colour}]"
+                           f"{where}")
         else:
             for child in sw.children:
                 add(branch, child)
@@ -193,7 +212,8 @@ def load_view(config: SiteConfig, topology_file: str | None, gpus_per_node: int,
 
 
 @topology.command("show")
-@topology_option("Read this topology.conf instead of the live cluster.")
+@topology_option("Read this topology file instead of the live cluster: topology/tree's or "
+                 "topology/block's topology.conf, or Slurm's topology.yaml (tree and blocks).")
 @click.option("--gpus-per-node", type=click.IntRange(min=1), default=8, show_default=True,
               help="GPUs per node when reading a topology file.")
 @click.option("--partition", help="Partition whose nodes count as free (default: Slurm's).")

@@ -49,6 +49,10 @@ class Topology:
     node_leaf: dict[str, str]
     minipod_level: int = 1
     source: str = "<topology>"
+    #: node -> NVLink domain (Slurm's block); empty: every node is its own domain.
+    domains: dict[str, str] = field(default_factory=dict)
+    #: Slurm's BlockSizes (nodes), when the domains came from topology/block.
+    block_sizes: tuple[int, ...] = ()
     _minipod: dict[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -71,6 +75,17 @@ class Topology:
     def minipod_of(self, node: str) -> str:
         """The minipod switch of ``node``."""
         return self._minipod[node]
+
+    def domain_of(self, node: str) -> str | None:
+        """The NVLink domain (block) of ``node``, None where it has none but itself."""
+        return self.domains.get(node)
+
+    def path_of(self, node: str) -> list[str]:
+        """The switches above ``node``, its leaf first and the top switch last."""
+        path = [self.node_leaf[node]]
+        while (parent := self.switches[path[-1]].parent) is not None:
+            path.append(parent)
+        return path
 
     def minipods(self) -> list[str]:
         """Minipod switch names in tree order."""
@@ -133,7 +148,7 @@ def _logical_lines(text: str) -> Iterable[tuple[int, str]]:
         yield start, pending.strip()
 
 
-def _expand(expr: str, source: str, line: int, key: str) -> list[str]:
+def _expand(expr: str, source: str, line: int | None, key: str) -> list[str]:
     try:
         names: list[str] = hostlist.expand_hostlist(expr)
     except hostlist.BadHostlist as exc:
@@ -304,7 +319,9 @@ def _levels(
 def read_topology_file(
     path: str, *, known_nodes: Iterable[str] | None = None, minipod_level: int = 1
 ) -> Topology:
-    """Read and parse a ``topology.conf`` file; see ``parse_topology``."""
+    """Read and parse a topology file: topology/tree's ``topology.conf`` (see
+    ``parse_topology``), topology/block's, or Slurm's ``topology.yaml`` (by its ``.yaml`` or
+    ``.yml`` name); see ``slurm_arnold.blocks`` for the last two."""
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
@@ -312,4 +329,17 @@ def read_topology_file(
         raise TopologyError(path, None, f"cannot read: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise TopologyError(path, None, "not a text file") from None
-    return parse_topology(text, path, known_nodes=known_nodes, minipod_level=minipod_level)
+    from slurm_arnold import blocks  # it builds on this module
+
+    if path.endswith((".yaml", ".yml")):
+        topo = blocks.parse_topology_yaml(text, path, minipod_level=minipod_level)
+    elif blocks.is_block_conf(text):
+        topo = blocks.block_tree(blocks.parse_block_conf(text, path), path,
+                                 minipod_level=minipod_level)
+    else:
+        return parse_topology(text, path, known_nodes=known_nodes, minipod_level=minipod_level)
+    if known_nodes is not None:
+        unknown = sorted(set(topo.nodes) - set(known_nodes))
+        if unknown:
+            raise TopologyError(path, None, f"unknown node {unknown[0]} (not in slurm.conf)")
+    return topo

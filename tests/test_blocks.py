@@ -1,0 +1,154 @@
+"""NVLink domains: topology/block's topology.conf, Slurm's topology.yaml, and what
+``arnold topology show`` says of them (issue 23, first slice: the topology model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from slurm_arnold.blocks import BLOCK_ROOT, parse_block_conf, parse_topology_yaml, tiers
+from slurm_arnold.cli import main
+from slurm_arnold.errors import TopologyError
+from slurm_arnold.topology import read_topology_file
+
+BLOCK_CONF = """\
+# NVL72-style racks: 18 nodes of 4 GPUs each
+BlockName=rack1 Nodes=gb[001-018]
+BlockName=rack2 Nodes=gb[019-036]
+BlockName=rack3 Nodes=gb[037-054]
+blockname=rack4 nodes=gb[055-072]
+BlockName=rack5 Nodes=gb[073-090]
+BlockSizes=18,72
+"""
+
+YAML = """\
+---
+- topology: fabric
+  cluster_default: true
+  tree:
+    switches:
+      - switch: spine
+        children: leaf[1-2]
+      - switch: leaf1
+        nodes: gb[001-018]
+      - switch: leaf2
+        nodes: gb[019-036]
+- topology: nvl
+  block:
+    block_sizes: [9, 18]
+    blocks:
+      - block: d1
+        nodes: gb[001-009]
+      - block: d2
+        nodes: gb[010-018]
+      - block: d3
+        nodes: gb[019-027]
+      - block: d4
+        nodes: [gb028, gb029, gb030, gb031, gb032, gb033, gb034, gb035, gb036]
+- topology: other
+  flat: true
+"""
+
+
+def test_block_conf_builds_slurms_tree_of_blocks() -> None:
+    blocks = parse_block_conf(BLOCK_CONF, "b.conf")
+    assert list(blocks.members) == ["rack1", "rack2", "rack3", "rack4", "rack5"]
+    assert blocks.sizes == (18, 72)
+    assert blocks.domain_map()["gb055"] == "rack4"  # keys are case-insensitive
+
+
+def test_block_levels_follow_block_sizes_then_pairs(tmp_path: Path) -> None:
+    conf = tmp_path / "topology.conf"
+    conf.write_text(BLOCK_CONF)
+    topo = read_topology_file(str(conf))
+    # 72 / 18 = 4 racks per level-1 block: racks 1-4, then rack 5 alone; then one root.
+    assert topo.path_of("gb001") == ["rack1", f"{BLOCK_ROOT}-l1-0", BLOCK_ROOT]
+    assert topo.path_of("gb080") == ["rack5", f"{BLOCK_ROOT}-l1-1", BLOCK_ROOT]
+    assert topo.leaf_of("gb020") == "rack2" and topo.minipod_of("gb020") == f"{BLOCK_ROOT}-l1-0"
+    assert topo.domain_of("gb040") == "rack3"
+    assert tiers(topo) == ["nvlink domain", "minipod", "core"]
+    # Past the last BlockSizes entry blocks are joined in pairs, as Slurm's plugin does.
+    many = "".join(f"BlockName=r{i} Nodes=n{i}-[1-2]\n" for i in range(5))
+    conf.write_text(many)
+    topo = read_topology_file(str(conf))
+    assert len(topo.path_of("n0-1")) == 4  # r0, pairs, pairs of pairs, root
+    assert topo.block_sizes == (2,)        # the smallest block is the base by default
+
+
+def test_yaml_gives_tree_tiers_and_block_domains(tmp_path: Path) -> None:
+    topo = parse_topology_yaml(YAML, "topology.yaml")
+    assert topo.leaf_of("gb030") == "leaf2"
+    assert topo.domain_of("gb030") == "d4"
+    assert topo.domain_of("gb001") == "d1" and topo.path_of("gb001") == ["leaf1", "spine"]
+    assert topo.block_sizes == (9, 18)
+    # Blocks alone: the tree is Slurm's tree of blocks.
+    only_blocks = parse_topology_yaml(YAML[YAML.index("- topology: nvl"):])
+    assert only_blocks.leaf_of("gb030") == "d4" and only_blocks.domain_of("gb030") == "d4"
+    # A name picks the topology of its kind; the other kind stays the default one.
+    second = YAML + YAML[YAML.index("- topology: nvl"):YAML.index("- topology: other")] \
+        .replace("topology: nvl", "topology: nvl2").replace("block: d", "block: e")
+    assert parse_topology_yaml(second).domain_of("gb001") == "d1"
+    named = parse_topology_yaml(second, name="nvl2")
+    assert named.domain_of("gb001") == "e1" and named.leaf_of("gb001") == "leaf1"
+
+
+def test_show_json_keeps_leaf_and_minipod_and_adds_path_and_domain(tmp_path: Path) -> None:
+    path = tmp_path / "topology.yaml"
+    path.write_text(YAML)
+    result = CliRunner().invoke(main, ["topology", "show", "--topology", str(path),
+                                       "--gpus-per-node", "4", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    node = next(n for n in doc["nodes"] if n["name"] == "gb010")
+    assert (node["leaf"], node["minipod"], node["domain"]) == ("leaf1", "spine", "d2")
+    assert node["path"] == ["leaf1", "spine"]
+    assert doc["tiers"] == ["leaf", "core"]
+    assert {d["name"]: d["nodes"] for d in doc["domains"]} == {"d1": 9, "d2": 9, "d3": 9,
+                                                               "d4": 9}
+    assert all(d["whole_free"] for d in doc["domains"])
+    drawn = CliRunner().invoke(main, ["topology", "show", "--topology", str(path)])
+    assert "gb[010-018] free (NVLink domain d2)" in drawn.output
+
+
+def test_tree_conf_has_no_domains(tmp_path: Path) -> None:
+    path = tmp_path / "topology.conf"
+    path.write_text("SwitchName=l0 Nodes=a[1-2]\nSwitchName=top Switches=l0\n")
+    doc = json.loads(CliRunner().invoke(main, ["topology", "show", "--topology", str(path),
+                                               "--json"]).output)
+    assert [n["domain"] for n in doc["nodes"]] == [None, None]
+    assert doc["nodes"][0]["path"] == ["l0", "top"] and doc["domains"] == []
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("topology.conf", "BlockName=a Nodes=n[1-4]\nBlockName=b Nodes=n[4-8]\n",
+     "node n4 is in two blocks"),
+    ("topology.conf", "BlockName=a Nodes=n[1-4]\nBlockSizes=4,12\n", "power of two"),
+    ("topology.conf", "BlockName=a Nodes=n[1-4]\nBlockSizes=8\n", "fewer nodes than the base"),
+    ("topology.conf", "BlockName=a Nodes=n[1-4]\nBlockSizes=4,x\n", "whole numbers"),
+    ("topology.conf", "BlockName=a Nodes=n[1-4] Speed=9\n", "unknown key 'Speed'"),
+    ("topology.conf", "BlockName=a\n", "block a has no Nodes="),
+    ("topology.conf", "BlockName=a Nodes=n[1-4]\nBlockName=a Nodes=m1\n", "defined twice"),
+    ("topology.yaml", "- topology: t\n  tree: [\n", "not valid YAML"),
+    ("topology.yaml", "topology: t\n", "expected a list of topologies"),
+    ("topology.yaml", "- topology: t\n  flat: true\n", "no tree or block topology"),
+    ("topology.yaml", YAML.replace("gb[001-009]", "zz[1-9]"), "node zz1 is not under any"),
+    ("topology.yaml", "- topology: t\n  block:\n    blocks: []\n", "needs a list of blocks"),
+])
+def test_bad_block_topologies_are_one_line(tmp_path: Path, name: str, text: str,
+                                           message: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(TopologyError, match=message):
+        read_topology_file(str(path))
+    result = CliRunner().invoke(main, ["topology", "show", "--topology", str(path)])
+    assert result.exit_code == 1
+    assert len(result.output.strip().splitlines()) == 1 and message.split()[0] in result.output
+    assert "Traceback" not in result.output
+
+
+def test_unknown_name_lists_the_topologies() -> None:
+    with pytest.raises(TopologyError, match="no topology named 'x' \\(have fabric, nvl, other"):
+        parse_topology_yaml(YAML, name="x")
