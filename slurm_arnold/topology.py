@@ -80,6 +80,15 @@ class Topology:
         """The NVLink domain (block) of ``node``, None where it has none but itself."""
         return self.domains.get(node)
 
+    def group_of(self, node: str) -> str:
+        """Where a TP group spanning several nodes must stay: the node's NVLink domain where
+        the topology has domains, else its leaf switch."""
+        return self.domains.get(node) or self.node_leaf[node]
+
+    def group_kind(self) -> str:
+        """Where ``group_of`` keeps a TP group, in words for messages."""
+        return "in one NVLink domain" if self.domains else "under one leaf switch"
+
     def path_of(self, node: str) -> list[str]:
         """The switches above ``node``, its leaf first and the top switch last."""
         path = [self.node_leaf[node]]

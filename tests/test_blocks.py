@@ -11,7 +11,10 @@ from click.testing import CliRunner
 
 from slurm_arnold.blocks import BLOCK_ROOT, parse_block_conf, parse_topology_yaml, tiers
 from slurm_arnold.cli import main
-from slurm_arnold.errors import TopologyError
+from slurm_arnold.errors import InfeasibleError, TopologyError
+from slurm_arnold.placement import JobShape, Placement, place
+from slurm_arnold.rankorder import parse as parse_rankorder
+from slurm_arnold.rankorder import write_files
 from slurm_arnold.topology import read_topology_file
 
 BLOCK_CONF = """\
@@ -152,3 +155,46 @@ def test_bad_block_topologies_are_one_line(tmp_path: Path, name: str, text: str,
 def test_unknown_name_lists_the_topologies() -> None:
     with pytest.raises(TopologyError, match="no topology named 'x' \\(have fabric, nvl, other"):
         parse_topology_yaml(YAML, name="x")
+
+
+def _tp_groups_from_rankfile(tmp_path: Path, placement: Placement) -> dict[tuple[int, int],
+                                                                          set[str]]:
+    """(pp, dp) -> the nodes of that TP group, read back from the rank-order file."""
+    rankfile, _ = write_files(tmp_path, placement, "ab12cd34")
+    _, entries = parse_rankorder(rankfile.read_text())
+    groups: dict[tuple[int, int], set[str]] = {}
+    for e in entries:
+        groups.setdefault((e.pp, e.dp), set()).add(e.node)
+    return groups
+
+
+def test_tp_groups_spanning_nodes_stay_in_one_domain(tmp_path: Path) -> None:
+    topo = parse_topology_yaml(YAML)
+    # Free: 7 + 7 nodes of leaf1 split across d1/d2, all of leaf2. TP 8 on 4-GPU nodes: every
+    # TP group is 2 nodes, which must share an NVLink domain (not just a leaf).
+    free = [f"gb{i:03d}" for i in [*range(3, 10), *range(10, 17), *range(19, 37)]]
+    # 3 + 3 + 4 + 4 whole pairs fit: 14 TP groups; the job takes 14, so it must use the
+    # odd-sized domains of leaf1 too, where a leaf-only rule could pair gb009 with gb010.
+    job = JobShape(tp=8, pp=2, dp=7, gpus_per_node=4)
+    placement = place(topo, free, job, algo="mip", alpha=0.5)
+    groups = _tp_groups_from_rankfile(tmp_path, placement)
+    assert len(groups) == job.pp * job.dp
+    assert all(len(nodes) == 2 and len({topo.domain_of(n) for n in nodes}) == 1
+               for nodes in groups.values())
+    with pytest.raises(InfeasibleError, match="14 fit"):
+        place(topo, free, JobShape(tp=8, pp=3, dp=5, gpus_per_node=4), algo="mip", alpha=0.5)
+
+
+def test_a_tp_group_never_pairs_nodes_of_two_domains_on_one_leaf() -> None:
+    topo = parse_topology_yaml(YAML)
+    job = JobShape(tp=8, pp=1, dp=1, gpus_per_node=4)
+    # gb009 (d1) and gb010 (d2) share leaf1: without domains they would do.
+    with pytest.raises(InfeasibleError, match="in one NVLink domain"):
+        place(topo, ["gb009", "gb010"], job, algo="mip", alpha=0.5)
+    tree_only = parse_topology_yaml(YAML[:YAML.index("- topology: nvl")])
+    assert place(tree_only, ["gb009", "gb010"], job, algo="mip", alpha=0.5).cells
+    # A domain that spans two leaves lets its TP group do the same.
+    wide = YAML.replace("nodes: gb[001-009]", "nodes: gb[001-008],gb019") \
+        .replace("nodes: gb[019-027]", "nodes: gb[020-027],gb009")
+    topo = parse_topology_yaml(wide)
+    assert place(topo, ["gb008", "gb019"], job, algo="mip", alpha=0.5).cells

@@ -147,8 +147,9 @@ def aligned_cells(pool: Pool, job: JobShape, *, by: str) -> dict[Cell, list[str]
     """Fill minipods most-free first; ``by="dp"`` row by row, ``by="pp"`` column by column."""
     if pool.total_units() < job.units:
         raise InfeasibleError(
-            f"the job needs {job.units} units of {job.nodes_per_unit} node(s) in one leaf, "
-            f"only {pool.total_units()} fit in the free nodes; ask for fewer nodes or wait"
+            f"the job needs {job.units} units of {job.nodes_per_unit} node(s) "
+            f"{pool.topology.group_kind()}, only {pool.total_units()} fit in the free nodes; "
+            "ask for fewer nodes or wait"
         )
     units = [u for pod in pool.capacities() for u in pool.units_in(pod)]
     cols = job.columns

@@ -82,8 +82,9 @@ def place_from_node_list(algo: str, nodes: list[str], topology: Topology, job: J
     return Placement(algo, job, alpha, cells, measure(cells, job, topology, alpha))
 
 
-def _leaf_local(cells: dict[Cell, list[str]], topology: Topology) -> bool:
-    return all(len({topology.leaf_of(n) for n in nodes}) == 1 for nodes in cells.values())
+def _group_local(cells: dict[Cell, list[str]], topology: Topology) -> bool:
+    """Whether every cell's nodes (one TP group) share one group: domain or leaf."""
+    return all(len({topology.group_of(n) for n in nodes}) == 1 for nodes in cells.values())
 
 
 def _lower_bounds(caps: list[int], job: JobShape) -> tuple[int, int]:
@@ -134,8 +135,9 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
     caps = pool.capacities()
     if sum(caps.values()) < job.units:
         raise InfeasibleError(
-            f"the job needs {job.units} groups of {job.nodes_per_unit} nodes under one leaf "
-            f"switch, only {sum(caps.values())} fit in the free nodes; ask for fewer or wait"
+            f"the job needs {job.units} groups of {job.nodes_per_unit} nodes "
+            f"{topology.group_kind()}, only {sum(caps.values())} fit in the free nodes; ask "
+            "for fewer or wait"
         )
     # Warm starts: every baseline and both alignments; the result is never worse than these.
     starts: dict[str, dict[Cell, list[str]]] = {
@@ -150,7 +152,7 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
             starts[name] = baseline_cells(name, topology, free, job, 0)
     scored = {name: measure(c, job, topology, alpha) for name, c in starts.items()}
     phases = {"baselines": time.monotonic() - t0}
-    valid = [n for n in starts if _leaf_local(starts[n], topology) and within(scored[n])]
+    valid = [n for n in starts if _group_local(starts[n], topology) and within(scored[n])]
     if not valid:
         # Only with max_spreads: no start within them; SCIP's boxes below may still be.
         best_name, best_cells = "none", {}

@@ -6,8 +6,9 @@ the PP x D' communication matrix, where
 - TP = g: a unit is one node holding stage ``pp`` of replica ``dp`` (D' = DP);
 - TP < g: a node holds k = g/TP replicas of one stage, so a unit is one node holding replicas
   ``k*c .. k*c+k-1`` of stage ``pp`` (D' = DP/k; DP must be a multiple of k);
-- TP > g: a TP group spans m = TP/g nodes of one leaf switch, so a unit is m nodes of one leaf
-  (D' = DP).
+- TP > g: a TP group spans m = TP/g nodes of one NVLink domain (where the topology has
+  domains: a GB200 NVL72 rack) or else of one leaf switch, so a unit is m nodes of one such
+  group (D' = DP).
 """
 
 from __future__ import annotations

@@ -63,9 +63,9 @@ def map_allocation(topology: Topology, nodes: Sequence[str], job: JobShape, *,
         ours = place(topology, nodes, job, algo="mip", alpha=alpha, time_limit=time_limit,
                      max_spreads=(theirs.max_dp_spread, theirs.max_pp_spread))
     except InfeasibleError as exc:
-        # e.g. TP spans nodes but the allocation has no leaf with enough of them together
+        # e.g. TP spans nodes but no leaf (or NVLink domain) of the allocation holds enough
         return Mapping(default, default, f"no mapping of our own ({exc})")
-    # On a tie ours is kept: it also keeps every multi-node TP group within one leaf.
+    # On a tie ours is kept: it also keeps every multi-node TP group in one leaf or domain.
     if ours.metrics.weighted_spread > theirs.weighted_spread:
         return Mapping(default, default, None)
     return Mapping(ours, default, None)

@@ -1,4 +1,7 @@
-"""Free capacity of the cluster in placement units, minipod by minipod and leaf by leaf."""
+"""Free capacity of the cluster in placement units, minipod by minipod and group by group.
+
+A *group* is where a TP group of several nodes must stay (``Topology.group_of``): the NVLink
+domain where the topology has domains, else the leaf switch."""
 
 from __future__ import annotations
 
@@ -11,34 +14,34 @@ from slurm_arnold.topology import Topology
 
 @dataclass
 class Pool:
-    """Free nodes grouped as ``leaves[minipod][leaf] -> nodes`` (tree order)."""
+    """Free nodes grouped as ``groups[minipod][group] -> nodes`` (tree order)."""
 
     topology: Topology
-    leaves: dict[str, dict[str, list[str]]]
+    groups: dict[str, dict[str, list[str]]]
     nodes_per_unit: int
 
     @classmethod
     def build(cls, topology: Topology, free: Iterable[str], job: JobShape) -> Pool:
         """Group the free nodes of ``topology`` for ``job``'s unit size."""
         free_set = set(free)
-        leaves: dict[str, dict[str, list[str]]] = {}
+        groups: dict[str, dict[str, list[str]]] = {}
         for node in topology.nodes:
             if node in free_set:
-                pod = leaves.setdefault(topology.minipod_of(node), {})
-                pod.setdefault(topology.leaf_of(node), []).append(node)
-        return cls(topology, leaves, job.nodes_per_unit)
+                pod = groups.setdefault(topology.minipod_of(node), {})
+                pod.setdefault(topology.group_of(node), []).append(node)
+        return cls(topology, groups, job.nodes_per_unit)
 
-    def leaf_units(self, pod: str, leaf: str) -> int:
-        """Units that fit in one leaf (a unit of m nodes never crosses a leaf)."""
-        return len(self.leaves[pod][leaf]) // self.nodes_per_unit
+    def group_units(self, pod: str, group: str) -> int:
+        """Units that fit in one group (a unit of m nodes never leaves its group)."""
+        return len(self.groups[pod][group]) // self.nodes_per_unit
 
     def capacity(self, pod: str) -> int:
         """Units that fit in one minipod."""
-        return sum(self.leaf_units(pod, leaf) for leaf in self.leaves.get(pod, {}))
+        return sum(self.group_units(pod, group) for group in self.groups.get(pod, {}))
 
     def capacities(self) -> dict[str, int]:
         """Units per minipod, largest first (ties in tree order)."""
-        caps = {pod: self.capacity(pod) for pod in self.leaves}
+        caps = {pod: self.capacity(pod) for pod in self.groups}
         return dict(sorted(((p, c) for p, c in caps.items() if c > 0), key=lambda pc: -pc[1]))
 
     def total_units(self) -> int:
@@ -46,10 +49,11 @@ class Pool:
         return sum(self.capacities().values())
 
     def units_in(self, pod: str) -> list[list[str]]:
-        """The minipod's units (m nodes of one leaf each), fullest leaves first."""
+        """The minipod's units (m nodes of one group each), fullest groups first."""
         m = self.nodes_per_unit
         out: list[list[str]] = []
-        for leaf in sorted(self.leaves[pod], key=lambda lf: -len(self.leaves[pod][lf])):
-            nodes = self.leaves[pod][leaf]
+        groups = self.groups[pod]
+        for group in sorted(groups, key=lambda g: -len(groups[g])):
+            nodes = groups[group]
             out.extend(nodes[i * m:(i + 1) * m] for i in range(len(nodes) // m))
         return out
