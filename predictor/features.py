@@ -25,15 +25,20 @@ sees a job that ended after the submit it describes (``tests/test_predictor.py``
 | `u_med10` | median log runtime of the user's last ten |
 | `u_limit_share` | share of the user's last ten that ran to at least 95% of their requested time |
 | `u_last_procs_eq` | 1 when the user's last finished job had the same size |
+| `u_run_elapsed` | log of how long the user's longest-running job still running has run |
+| `u_run_same_elapsed` | the same among the user's running jobs with this job's time limit |
 
-The last six were added after the first wave; on the four shared logs they lower the point
-model's mae_log on every log (``arnold bench predictor``; docs/benchmarks.md).
+The last eight came after the first wave (``arnold bench predictor`` measures them on the four
+shared logs, docs/benchmarks.md). The two ``u_run_*`` ones read jobs that are still running at
+the submit: their elapsed time is known then (squeue shows it), and a job that has already run
+three hours says more about its twin just submitted than any finished job.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from bisect import insort
 from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,7 +50,8 @@ from predictor.swf import JobRecord
 FEATURES = ("log_req", "log_procs", "user", "group", "queue", "partition", "u_last1", "u_last2",
             "u_last5", "u_same_req", "u_ratio5", "u_last_req_eq", "u_count", "u_active",
             "active", "running", "hour", "weekday", "u_last_state", "u_since_end", "u_same_sig",
-            "u_med10", "u_limit_share", "u_last_procs_eq")
+            "u_med10", "u_limit_share", "u_last_procs_eq", "u_run_elapsed",
+            "u_run_same_elapsed")
 CATEGORICAL = ("user", "group", "queue", "partition")
 NAN = float("nan")
 #: ``u_last_state`` codes by the first word of the state (Slurm's or the SWF reader's);
@@ -64,6 +70,7 @@ class UserHistory:
     last_by_req: dict[int | None, float]
     last_by_signature: dict[tuple[int | None, int | None], float]
     log_runtimes: deque[float]  # the last LONG_HISTORY
+    sorted_logs: list[float]  # the same, sorted (their median is a feature)
     limit_hits: deque[float]  # the last LONG_HISTORY: 1.0 when it ran to >= 95% of its limit
     count: int = 0
     last_state: float = NAN
@@ -73,7 +80,7 @@ class UserHistory:
     @classmethod
     def new(cls) -> UserHistory:
         """An empty history."""
-        return cls(deque(maxlen=5), deque(maxlen=5), {}, {}, deque(maxlen=LONG_HISTORY),
+        return cls(deque(maxlen=5), deque(maxlen=5), {}, {}, deque(maxlen=LONG_HISTORY), [],
                    deque(maxlen=LONG_HISTORY))
 
     def add(self, runtime: float, req: int | None, *, size: int | None = None,
@@ -84,6 +91,9 @@ class UserHistory:
         self.reqs.append(req)
         self.last_by_req[req] = runtime
         self.last_by_signature[(req, size)] = runtime
+        insort(self.sorted_logs, _log(runtime))
+        if len(self.log_runtimes) == LONG_HISTORY:
+            self.sorted_logs.remove(self.log_runtimes[0])
         self.log_runtimes.append(_log(runtime))
         self.limit_hits.append(float(bool(req) and runtime >= 0.95 * (req or 0)))
         self.count += 1
@@ -139,10 +149,28 @@ def _cats(job: JobRecord) -> tuple[str, str, str, str]:
     return job.user, job.group, job.qos, job.partition
 
 
+def _median(ordered: Sequence[float]) -> float:
+    n = len(ordered)
+    if not n:
+        return NAN
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+
+
+def running_elapsed(t: float, time_limit: int | None,
+                    running: Sequence[tuple[float, int | None]]) -> tuple[float, float]:
+    """``u_run_elapsed`` and ``u_run_same_elapsed`` at time ``t`` from the user's running jobs
+    as (start, time limit) pairs."""
+    every = [t - start for start, _ in running if start <= t]
+    same = [t - start for start, limit in running if start <= t and limit == time_limit]
+    return (_log(max(every)) if every else NAN, _log(max(same)) if same else NAN)
+
+
 def fill_row(row: np.ndarray, job: JobRecord, h: UserHistory, vocab: Vocabulary, *,
-             user_active: float, active: float, running: float) -> float | None:
+             user_active: float, active: float, running: float,
+             user_running: Sequence[tuple[float, int | None]] = ()) -> float | None:
     """Write ``job``'s features into ``row`` from its user's history ``h`` (finished jobs
-    only) and the load at its submit; return the user's last-two mean (s), if any."""
+    only), the user's jobs running at its submit (``user_running``: (start, time limit)) and
+    the load then; return the user's last-two mean (s), if any."""
     t = job.submit
     rts = list(h.runtimes)
     ratios = [r / q for r, q in zip(rts, h.reqs, strict=True) if q]
@@ -167,9 +195,10 @@ def fill_row(row: np.ndarray, job: JobRecord, h: UserHistory, vocab: Vocabulary,
     row[18] = h.last_state
     row[19] = math.log1p(max(t - h.last_end, 0.0)) if not math.isnan(h.last_end) else NAN
     row[20] = _log(h.last_by_signature.get((job.time_limit, size)))
-    row[21] = float(np.median(h.log_runtimes)) if h.log_runtimes else NAN
-    row[22] = float(np.mean(h.limit_hits)) if h.limit_hits else NAN
+    row[21] = _median(h.sorted_logs)
+    row[22] = sum(h.limit_hits) / len(h.limit_hits) if h.limit_hits else NAN
     row[23] = float(h.last_size == size) if h.count else NAN
+    row[24], row[25] = running_elapsed(t, job.time_limit, user_running)
     return last2
 
 
@@ -183,6 +212,7 @@ def compute(jobs: Sequence[JobRecord], vocab: Vocabulary) -> tuple[np.ndarray, l
     submits = np.sort(np.array([j.submit for j in jobs], dtype=float))
     histories: dict[str, UserHistory] = defaultdict(UserHistory.new)
     user_open: dict[str, list[int]] = defaultdict(list)  # heaps of end times of user's jobs
+    user_started: dict[str, list[int]] = defaultdict(list)  # user's jobs not known to be over
     pending: list[tuple[int, int]] = []  # (end, index) of jobs not yet in a history
     for i, j in enumerate(jobs):
         if j.end is not None:
@@ -207,10 +237,16 @@ def compute(jobs: Sequence[JobRecord], vocab: Vocabulary) -> tuple[np.ndarray, l
         ended = float(np.searchsorted(ends, t, side="right"))
         active = float(np.searchsorted(submits, t, side="right")) - ended
         running = float(np.searchsorted(starts_ended, t, side="right")) - ended
+        started = user_started[job.user]
+        started[:] = [k for k in started if (end := jobs[k].end) is None or end > t]
+        user_running = [(float(begin), jobs[k].time_limit) for k in started
+                        if (begin := jobs[k].start) is not None and begin <= t]
         last2[i] = fill_row(matrix[i], job, h, vocab, user_active=len(opened), active=active,
-                            running=running)
+                            running=running, user_running=user_running)
         if job.end is not None:
             heapq.heappush(opened, job.end)
+        if job.start is not None:
+            started.append(i)
     return matrix, last2
 
 

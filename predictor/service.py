@@ -17,7 +17,14 @@ from typing import Any
 import numpy as np
 
 from predictor.evaluate import evaluable
-from predictor.features import FEATURES, Vocabulary, compute, compute_one, runtime
+from predictor.features import (
+    FEATURES,
+    Vocabulary,
+    compute,
+    compute_one,
+    running_elapsed,
+    runtime,
+)
 from predictor.history import ImportReport, import_records, load_history, sacct_records
 from predictor.model import JctModel, ModelError, load, metrics, save, train
 from predictor.swf import JobRecord
@@ -80,8 +87,14 @@ def describe(feature: str, value: float) -> str:
     """A feature value in words (log seconds become hours)."""
     if math.isnan(value):
         return "unknown"
-    if feature in ("log_req", "u_last1", "u_last2", "u_last5", "u_same_req"):
+    if feature in ("log_req", "u_last1", "u_last2", "u_last5", "u_same_req", "u_same_sig",
+                   "u_med10", "u_run_elapsed", "u_run_same_elapsed"):
         return f"{math.exp(value) / 3600:.3g} h"
+    if feature == "u_since_end":
+        return f"{math.expm1(value) / 3600:.3g} h ago"
+    if feature == "u_last_state":
+        return {0.0: "completed", 1.0: "failed", 2.0: "cancelled", 3.0: "timed out"}.get(
+            value, f"{value:g}")
     if feature == "log_procs":
         return f"{math.exp(value):.0f} processors"
     if feature == "u_count":
@@ -118,16 +131,26 @@ def job_from_queue(slurm: Slurm, job_id: int) -> tuple[JobRecord, dict[str, floa
     record = JobRecord(str(j.job_id), j.user, "", j.partition, "", j.name, now, None, None,
                        len(j.nodes) or None, None, None,
                        j.time_limit_min * 60 if j.time_limit_min else None, j.state, None)
-    return record, queue_load(jobs, j.user, exclude=job_id)
+    return record, queue_load(jobs, j.user, exclude=job_id, time_limit=record.time_limit,
+                              now=now)
 
 
-def queue_load(jobs: Sequence[JobInfo], user: str, exclude: int | None = None) -> dict[str, float]:
-    """The load features from the live queue: jobs active and running, and the user's active."""
+def queue_load(jobs: Sequence[JobInfo], user: str, exclude: int | None = None, *,
+               time_limit: int | None = None, now: float | None = None) -> dict[str, float]:
+    """The features the live queue gives and a finished history cannot: jobs active and
+    running, the user's active, and how long the user's running jobs have run by ``now``
+    (default: this moment; ``time_limit``: the job's, in seconds, for ``u_run_same_elapsed``)."""
     active = [q for q in jobs if q.state in ("PENDING", "RUNNING", "CONFIGURING")
               and q.job_id != exclude]
+    t = time.time() if now is None else now
+    user_running = [(float(q.start_time), q.time_limit_min * 60 if q.time_limit_min else None)
+                    for q in active if q.user == user and q.state == "RUNNING"
+                    and q.start_time is not None]
+    elapsed, same = running_elapsed(t, time_limit, user_running)
     return {"active": float(len(active)),
             "running": float(sum(q.state == "RUNNING" for q in active)),
-            "u_active": float(sum(q.user == user for q in active))}
+            "u_active": float(sum(q.user == user for q in active)),
+            "u_run_elapsed": elapsed, "u_run_same_elapsed": same}
 
 
 @contextmanager

@@ -157,7 +157,8 @@ class LivePredictor:
                                job.state, None)
             before = [h for h in history if (h.end or 0) <= submit]
             row = compute_one(record, before, self.model.vocab,
-                              queue_load(self.jobs, job.user, exclude=job.job_id))[None, :]
+                              queue_load(self.jobs, job.user, exclude=job.job_id,
+                                         time_limit=record.time_limit, now=submit))[None, :]
             point, upper = self.model.predict(row, [limit if math.isfinite(limit) else None])
             out = (float(point[0]), float(upper[0]))
         self._cache[job.job_id] = out

@@ -698,11 +698,13 @@ def predictor_predict(job_id: int | None, user: str | None, time_limit: str | No
     model = load_serving(config)
     if load_now is None:
         try:
-            load_now = queue_load(Slurm().jobs(unfinished=True), job.user)
+            load_now = queue_load(Slurm().jobs(unfinished=True), job.user,
+                                  time_limit=job.time_limit, now=job.submit)
         except ArnoldError as exc:
             click.echo(f"arnold: no live queue ({exc}); queue-load features taken as empty",
                        err=True)
-            load_now = {"active": 0.0, "running": 0.0, "u_active": 0.0}
+            load_now = {"active": 0.0, "running": 0.0, "u_active": 0.0,
+                        "u_run_elapsed": math.nan, "u_run_same_elapsed": math.nan}
     # Only the user's own history matters once the load comes from the queue.
     history = load_history(open_site_db(config), user=job.user)
     pred = predict_job(model, job, history, load_now)

@@ -14,9 +14,11 @@ from click.testing import CliRunner
 
 from predictor.features import FEATURES, Vocabulary, compute
 from predictor.model import Calibrator
+from predictor.service import queue_load
 from predictor.swf import BadLine, JobRecord, read_swf
 from slurm_arnold.cli import main
 from slurm_arnold.errors import ArnoldError
+from slurm_arnold.slurm import JobInfo
 from tests.conftest import SHARED
 
 KTH = SHARED / "data" / "swf" / "KTH-SP2-1996-2.swf.gz"
@@ -108,18 +110,31 @@ def test_history_features_read_the_users_last_jobs() -> None:
                          None, procs, req, state, None)
     jobs = [job(0, 0, 3600, 3600, 4, "COMPLETED"),   # ran to its limit
             job(1, 3700, 60, 7200, 16, "FAILED"),      # the last to end before job 2's submit
+            job(3, 3000, 9000, 3600, 4, "COMPLETED"),  # still running at job 2's submit
             job(2, 4000, 100, 3600, 4, "COMPLETED")]
     matrix, _ = compute(jobs, Vocabulary(jobs))
-    row = dict(zip(FEATURES, matrix[2], strict=True))
+    row = dict(zip(FEATURES, matrix[3], strict=True))
     assert row["u_last_state"] == 1.0               # failed
     assert row["u_since_end"] == pytest.approx(np.log1p(4000 - 3760))
     assert row["u_same_sig"] == pytest.approx(np.log(3600))  # job 0: same limit and size
     assert row["u_limit_share"] == pytest.approx(0.5)
     assert row["u_last_procs_eq"] == 0.0            # job 1 had 16, job 2 has 4
     assert row["u_med10"] == pytest.approx(np.median([np.log(3600), np.log(60)]))
+    # Job 3 has run 1,000 s by then, with the same limit: both running features see it.
+    assert row["u_run_elapsed"] == pytest.approx(np.log(1000))
+    assert row["u_run_same_elapsed"] == pytest.approx(np.log(1000))
     first = dict(zip(FEATURES, matrix[0], strict=True))
     assert all(np.isnan(first[f]) for f in ("u_last_state", "u_since_end", "u_same_sig",
-                                            "u_med10", "u_limit_share", "u_last_procs_eq"))
+                                            "u_med10", "u_limit_share", "u_last_procs_eq",
+                                            "u_run_elapsed", "u_run_same_elapsed"))
+    # The live queue gives the same two from squeue's start times.
+    queue = [JobInfo(job_id=9, name="x", user="u1", state="RUNNING", partition="p", nodes=(),
+                     time_limit_min=60, start_time=3000, end_time=None, reservation=None),
+             JobInfo(job_id=10, name="y", user="u1", state="RUNNING", partition="p", nodes=(),
+                     time_limit_min=120, start_time=1000, end_time=None, reservation=None)]
+    load = queue_load(queue, "u1", time_limit=3600, now=4000)
+    assert load["u_run_elapsed"] == pytest.approx(np.log(3000))
+    assert load["u_run_same_elapsed"] == pytest.approx(np.log(1000))
 
 
 def test_evaluate_command_on_a_synthetic_log(tmp_path: Path) -> None:

@@ -183,8 +183,12 @@ class Simulation:
 
     def _submit(self, job: SimJob) -> None:
         active = len(self.queue) + len(self.running)
+        user_running = [(float(r.start or 0.0), r.record.time_limit)
+                        for r in self.running.values() if r.user == job.user] \
+            if self.pred.learns else []
         self.pred.observe_submit(job, user_active=self.user_active.get(job.user, 0),
-                                 active=active, running=len(self.running))
+                                 active=active, running=len(self.running),
+                                 user_running=user_running)
         self.user_active[job.user] = self.user_active.get(job.user, 0) + 1
         self.queue.append(job)
 

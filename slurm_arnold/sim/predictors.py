@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,15 +88,17 @@ class OnlinePredictor:
         """Whether this predictor trains a model."""
         return self.name in ("model", "model_q")
 
-    def observe_submit(self, job: SimJob, *, user_active: int, active: int,
-                       running: int) -> None:
-        """Record the job's submit-time features (model predictors only)."""
+    def observe_submit(self, job: SimJob, *, user_active: int, active: int, running: int,
+                       user_running: Sequence[tuple[float, int | None]] = ()) -> None:
+        """Record the job's submit-time features (model predictors only); ``user_running``:
+        (start, time limit) of the user's jobs running in the simulation then."""
         if not self.learns:
             return
         self.vocab.add(job.record)
         row = np.full(len(FEATURES), math.nan)
         fill_row(row, job.record, self.histories[job.user], self.vocab,
-                 user_active=user_active, active=active, running=running)
+                 user_active=user_active, active=active, running=running,
+                 user_running=user_running)
         self.rows[job.index] = row
 
     def observe_end(self, job: SimJob) -> None:
