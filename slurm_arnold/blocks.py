@@ -50,20 +50,36 @@ def is_block_conf(text: str) -> bool:
                for _, line in _logical_lines(text))
 
 
-def parse_block_conf(text: str, source: str = "topology.conf") -> Blocks:
-    """Read topology/block's ``BlockName=... Nodes=...`` and ``BlockSizes=...`` lines."""
+#: Keys ``scontrol show topology`` adds to each block line.
+_LIVE_BLOCK_KEYS = ("blockindex", "blocksize", "aggregatedblock")
+
+
+def parse_block_conf(text: str, source: str = "topology.conf", *, live: bool = False) -> Blocks:
+    """Read topology/block's ``BlockName=... Nodes=...`` and ``BlockSizes=...`` lines (with
+    ``live``, ``scontrol show topology``'s: each block's ``BlockSize`` and ``BlockIndex``,
+    and an ``AggregatedBlock=`` line per larger size, whose ``BlockSize`` values are the
+    configured ``BlockSizes``)."""
     members: dict[str, tuple[str, ...]] = {}
     sizes: tuple[int, ...] = ()
+    shown_sizes: set[int] = set()
     for line, content in _logical_lines(text):
         fields: dict[str, str] = {}
+        extra: dict[str, str] = {}
         for token in content.split():
             key, eq, value = token.partition("=")
             if not eq or not key:
                 raise TopologyError(source, line, f"expected Key=Value, got {token!r}")
+            if live and key.lower() in _LIVE_BLOCK_KEYS:
+                extra[key.lower()] = value
+                continue
             if key.lower() not in ("blockname", "nodes", "blocksizes"):
                 raise TopologyError(source, line, f"unknown key {key!r} in a topology/block "
                                     "file; expected BlockName, Nodes or BlockSizes")
             fields[key.lower()] = value
+        if "blocksize" in extra:
+            shown_sizes |= set(_sizes([extra["blocksize"]], source, line))
+        if "aggregatedblock" in extra:
+            continue
         if "blocksizes" in fields:
             if len(fields) > 1:
                 raise TopologyError(source, line, "BlockSizes= goes on a line of its own")
@@ -77,6 +93,8 @@ def parse_block_conf(text: str, source: str = "topology.conf") -> Blocks:
         if name in members:
             raise TopologyError(source, line, f"block {name} defined twice")
         members[name] = tuple(_expand(fields["nodes"], source, line, "Nodes"))
+    if shown_sizes and not sizes:
+        sizes = _sizes(sorted(shown_sizes), source, None)
     return _checked(Blocks(members, sizes), source)
 
 

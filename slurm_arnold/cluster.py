@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import hostlist
 
+from slurm_arnold.blocks import block_tree, is_block_conf, parse_block_conf, with_domains
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.slurm import UNAVAILABLE_FLAGS, NodeInfo, Reservation, Slurm
 from slurm_arnold.topology import Topology, parse_topology
@@ -98,18 +99,36 @@ def live_cluster(
     Raises ``TopologyError`` when Slurm has no usable topology, ``SlurmError`` when a command
     fails.
     """
-    text = slurm.topology_text()
+    part = partition or slurm.default_partition()
+    topology = live_topology(slurm, part, minipod_level=minipod_level)
+    infos = slurm.nodes()
+    free = free_nodes(topology, infos, slurm.reservations(), partition=part,
+                      user=user or getpass.getuser())
+    return ClusterView(topology, {n.name: n for n in infos}, free, part)
+
+
+def live_topology(slurm: Slurm, partition: str | None, *, minipod_level: int = 1) -> Topology:
+    """The topology ``partition`` is scheduled on: the cluster's tree, or (Slurm 25.05+'s
+    topology.yaml) the partition's own topology. A block topology gives the NVLink domains;
+    its scale-out tiers are the cluster's default tree where that lists every block node,
+    else Slurm's tree of blocks (``slurm_arnold.blocks``)."""
+    name = slurm.partition_topology(partition) if partition else None
+    source = "scontrol show topology" + (f" {name}" if name else "")
+    text = slurm.topology_text(name)
     if not text.strip():
         raise ArnoldError(
             "Slurm reports no topology; set TopologyPlugin=topology/tree and write topology.conf"
         )
-    infos = slurm.nodes()
-    topology = parse_topology(text, "scontrol show topology", live=True,
+    if not is_block_conf(text):
+        return parse_topology(text, source, live=True, minipod_level=minipod_level)
+    found = parse_block_conf(text, source, live=True)
+    fabric = slurm.topology_text() if name else ""
+    if fabric.strip() and not is_block_conf(fabric):
+        tree = parse_topology(fabric, "scontrol show topology", live=True,
                               minipod_level=minipod_level)
-    part = partition or slurm.default_partition()
-    free = free_nodes(topology, infos, slurm.reservations(), partition=part,
-                      user=user or getpass.getuser())
-    return ClusterView(topology, {n.name: n for n in infos}, free, part)
+        if set(found.domain_map()) <= set(tree.nodes):
+            return with_domains(tree, found, source)
+    return block_tree(found, source, minipod_level=minipod_level)
 
 
 def slurm_choice(slurm: Slurm, view: ClusterView, nodes: int) -> list[str]:

@@ -603,9 +603,20 @@ class Slurm:
             return _nodes_from_json(doc)
         return _nodes_from_scontrol(self.run(["scontrol", "show", "node", "--oneliner"]).stdout)
 
-    def topology_text(self) -> str:
-        """The raw ``scontrol show topology`` output."""
-        return self.run(["scontrol", "show", "topology"]).stdout
+    def topology_text(self, name: str | None = None) -> str:
+        """The raw ``scontrol show topology`` output: the cluster's default topology, or the
+        one of topology.yaml called ``name`` (Slurm 25.05+; see ``partition_topology``)."""
+        return self.run(["scontrol", "show", "topology", *([name] if name else [])]).stdout
+
+    def partition_topology(self, partition: str) -> str | None:
+        """The topology.yaml topology ``partition`` uses (its ``Topology=``), None where the
+        partition names none (every partition before Slurm 25.05)."""
+        out = self.run(["scontrol", "show", "partition", partition, "--oneliner"]).stdout
+        for line in out.splitlines():
+            f = parse_oneliner(line)
+            if f.get("PartitionName") == partition:
+                return f.get("Topology") or None
+        return None
 
     def default_partition(self) -> str | None:
         """The cluster's default partition, if one is set."""

@@ -198,3 +198,14 @@ def test_a_tp_group_never_pairs_nodes_of_two_domains_on_one_leaf() -> None:
         .replace("nodes: gb[019-027]", "nodes: gb[020-027],gb009")
     topo = parse_topology_yaml(wide)
     assert place(topo, ["gb008", "gb019"], job, algo="mip", alpha=0.5).cells
+
+
+def test_scontrol_show_topology_of_a_block_partition() -> None:
+    # As Slurm 26.05 prints `scontrol show topology nvl` (measured on the 26.05 lane).
+    text = ("BlockName=nvlblock0 BlockIndex=0 Nodes=nvl[01-04] BlockSize=4\n"
+            "BlockName=nvlblock1 BlockIndex=1 Nodes=nvl[05-08] BlockSize=4\n"
+            "AggregatedBlock=nvlblock[0-1] BlockIndex=2 Nodes=nvl[01-08] BlockSize=8\n")
+    blocks = parse_block_conf(text, "scontrol show topology nvl", live=True)
+    assert list(blocks.members) == ["nvlblock0", "nvlblock1"] and blocks.sizes == (4, 8)
+    with pytest.raises(TopologyError, match="unknown key 'BlockIndex'"):
+        parse_block_conf(text, "topology.conf")  # a file has no such keys

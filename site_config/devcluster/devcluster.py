@@ -64,12 +64,14 @@ class Lane:
     root: Path | None
     #: Job ids of this lane start here, so the two clusters' ids never meet.
     first_job_id: int
+    #: Whether the lane adds the NVLink partition (``NVL``): topology.yaml needs Slurm 25.05+.
+    nvl: bool = False
 
 
 SID_ROOT = Path(os.environ.get("ARNOLD_DEV_SID_ROOT", "/var/cache/slurm-arnold/sid-root"))
 LANES = {
     "22.05": Lane("22.05", "", 16800, None, 1),
-    "26.05": Lane("26.05", "-26.05", 18800, SID_ROOT, 2_600_001),
+    "26.05": Lane("26.05", "-26.05", 18800, SID_ROOT, 2_600_001, nvl=True),
 }
 #: Debian unstable's packages the 26.05 lane installs into its root (MariaDB and munged are
 #: the host's: both speak the same protocols to the root's Slurm; patchelf too).
@@ -121,6 +123,37 @@ def select_lane(name: str) -> None:
 
 CLUSTER_NAME = "arnolddev"
 DB_PASSWORD = "arnold-dev-only"
+
+
+@dataclass(frozen=True)
+class NvlShape:
+    """The NVLink partition of a lane that has one: GB200-style nodes of 4 GPUs in blocks
+    (NVLink domains) of topology/block, beside the fat tree, in partition ``nvl``."""
+
+    blocks: int = 2
+    nodes_per_block: int = 4
+    gpus: int = 4
+    partition: str = "nvl"
+
+    @property
+    def names(self) -> list[str]:
+        return [f"nvl{i + 1:02d}" for i in range(self.blocks * self.nodes_per_block)]
+
+    def block_range(self, block: int) -> str:
+        first = block * self.nodes_per_block + 1
+        return f"nvl[{first:02d}-{first + self.nodes_per_block - 1:02d}]"
+
+    @property
+    def all_nodes(self) -> str:
+        return f"nvl[01-{len(self.names):02d}]"
+
+
+NVL = NvlShape()
+
+
+def nvl_names() -> list[str]:
+    """The lane's NVLink nodes (none on a lane without the partition)."""
+    return NVL.names if LANE.nvl else []
 
 
 class ClusterError(RuntimeError):
@@ -229,9 +262,42 @@ def topology_conf(shape: Shape) -> str:
     return "\n".join(lines) + "\n"
 
 
+def topology_yaml(shape: Shape) -> str:
+    """Slurm 25.05+'s topology.yaml: the fat tree (the cluster's default) and the NVLink
+    partition's blocks (its own topology, named in its PartitionName line)."""
+    lines = ["# Topologies of the local development cluster, written by site_config/devcluster.",
+             "---", "- topology: fabric", "  cluster_default: true", "  tree:", "    switches:"]
+    for statement in topology_conf(shape).splitlines():
+        if not statement.startswith("SwitchName="):
+            continue
+        fields = dict(token.split("=", 1) for token in statement.split())
+        lines.append(f"      - switch: {fields['SwitchName']}")
+        if "Switches" in fields:
+            lines.append(f"        children: {fields['Switches']}")
+        else:
+            lines.append(f"        nodes: {fields['Nodes']}")
+    lines += [f"- topology: {NVL.partition}", "  block:",
+              # The second size lets a job span both blocks: the block plugin never gives a job
+              # more than one block of a size it does not list.
+              f"    block_sizes: [{NVL.nodes_per_block}, {NVL.nodes_per_block * NVL.blocks}]",
+              "    blocks:"]
+    for b in range(NVL.blocks):
+        lines += [f"      - block: nvlblock{b}", f"        nodes: {NVL.block_range(b)}"]
+    return "\n".join(lines) + "\n"
+
+
 def slurm_conf(shape: Shape, p: dict[str, Path]) -> str:
     first_port = shape.port_base + 1000 + 1
     last_port = first_port + shape.node_count - 1
+    nvl_lines = ""
+    if LANE.nvl:
+        nvl_first = last_port + 1
+        nvl_lines = (
+            f"NodeName={NVL.all_nodes} NodeAddr=127.0.0.1 "
+            f"Port=[{nvl_first}-{nvl_first + len(NVL.names) - 1}] CPUs=16 RealMemory=64000 "
+            f"Gres=gpu:{NVL.gpus} State=UNKNOWN\n"
+            f"PartitionName={NVL.partition} Nodes={NVL.all_nodes} Topology={NVL.partition} "
+            "MaxTime=INFINITE State=UP\n")
     if LANE.root is None:
         lane_lines = "SwitchType=switch/none\n"
     else:
@@ -286,14 +352,17 @@ JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 NodeName={shape.all_nodes} NodeAddr=127.0.0.1 Port=[{first_port}-{last_port}] CPUs=16 \
 RealMemory=64000 Gres=gpu:{shape.gpus} State=UNKNOWN
-PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
-"""
+PartitionName=gpu Nodes={shape.all_nodes} Default=YES MaxTime=INFINITE State=UP
+{nvl_lines}"""
 
 
 def gres_conf(shape: Shape, p: dict[str, Path]) -> str:
+    nvl = (f"NodeName={NVL.all_nodes} Name=gpu File={p['gpu']}/nvidia[0-{NVL.gpus - 1}]\n"
+           if LANE.nvl else "")
     return (
         "AutoDetect=off\n"
         f"NodeName={shape.all_nodes} Name=gpu File={p['gpu']}/nvidia[0-{shape.gpus - 1}]\n"
+        + nvl
     )
 
 
@@ -556,6 +625,9 @@ def configure(shape: Shape, p: dict[str, Path]) -> bool:
     changed = False
     changed |= write_if_changed(p["etc"] / "slurm.conf", slurm_conf(shape, p))
     changed |= write_if_changed(p["etc"] / "topology.conf", topology_conf(shape))
+    if LANE.nvl:
+        # Slurm reads topology.yaml instead of topology.conf when it exists.
+        changed |= write_if_changed(p["etc"] / "topology.yaml", topology_yaml(shape))
     changed |= write_if_changed(p["etc"] / "gres.conf", gres_conf(shape, p))
     changed |= write_if_changed(p["etc"] / "slurmdbd.conf", slurmdbd_conf(shape, p), 0o600)
     # The arnold SPANK plugin (built by `make -C spank`); srun and sbatch read plugstack.conf
@@ -719,8 +791,7 @@ def start_slurmctld(shape: Shape, p: dict[str, Path]) -> None:
 def start_slurmds(shape: Shape, p: dict[str, Path]) -> None:
     env = slurm_env(p)
     started = []
-    for i in range(shape.node_count):
-        name = shape.node(i)
+    for name in [shape.node(i) for i in range(shape.node_count)] + nvl_names():
         if pid_alive(RUN / f"slurmd-{name}.pid"):
             continue
         (p["spool"] / name).mkdir(parents=True, exist_ok=True)
@@ -747,7 +818,7 @@ def node_states(p: dict[str, Path]) -> dict[str, str]:
 def wait_idle(shape: Shape, p: dict[str, Path], timeout: float = 120.0) -> None:
     def all_idle() -> bool:
         states = node_states(p)
-        return len(states) == shape.node_count and all(
+        return len(states) == shape.node_count + len(nvl_names()) and all(
             s.rstrip("*~#%") in ("idle",) for s in states.values()
         )
 

@@ -44,6 +44,7 @@ from slurm_arnold.submit.options import (
     split_args,
 )
 from slurm_arnold.submit.spec import JobSpec, write_spec
+from slurm_arnold.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -384,6 +385,8 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
         extra = [f"--nodelist={hostlist.collect_hostlist(placement.nodes())}"]
         if request.sbatch.get("nodes") is None:
             extra.append(f"--nodes={job.nodes}")
+        if view.topology.domains and request.sbatch.get("segment") is None:
+            extra.append(f"--segment={segment_size(placement, view.topology)}")
         # ARNOLD_HOSTFILE says SLURM_HOSTFILE is ours: where the job runs on other nodes
         # (requeued, moved) the SPANK plugin points srun at the admin side's host file.
         env = {"ARNOLD_RANKFILE": str(rankfile), "SLURM_HOSTFILE": str(hostfile),
@@ -424,6 +427,19 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
     if code == 0 and job_id:
         after_submit(config, slurm, int(job_id), queued=queued, gpus=job.gpus)
     return code
+
+
+def segment_size(placement: Placement, topology: Topology) -> int:
+    """The ``--segment`` that lets Slurm's block plugin take the placement as it is: the
+    largest size that splits the nodes the placement uses in each NVLink domain (a whole
+    number of TP groups each, so at least one TP group). Without it the plugin refuses a job
+    no larger than a block that spans two blocks ("Requested node configuration is not
+    available", measured on Slurm 26.05)."""
+    per_domain: dict[str, int] = {}
+    for node in placement.nodes():
+        key = topology.group_of(node)
+        per_domain[key] = per_domain.get(key, 0) + 1
+    return math.gcd(*per_domain.values())
 
 
 def _slurm_alone(view: ClusterView, free: set[str] | None, job: JobShape,

@@ -36,8 +36,8 @@ LONG_WITH_VALUE = {
     "mail-type", "mail-user", "mcs-label", "mem", "mem-bind", "mem-per-cpu", "mem-per-gpu",
     "mincpus", "network", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node",
     "ntasks-per-socket", "open-mode", "power", "prefer", "priority", "profile", "reservation",
-    "signal", "sockets-per-node", "switches", "thread-spec", "threads-per-core", "time-min",
-    "tmp", "uid", "wckey", "wrap",
+    "segment", "signal", "sockets-per-node", "switches", "thread-spec", "threads-per-core",
+    "time-min", "tmp", "uid", "wckey", "wrap",
 }
 LONG_FLAGS = {
     *SHORT_FLAGS.values(), "contiguous", "exclusive", "get-user-env", "ignore-pbs", "nice",
@@ -69,6 +69,7 @@ ENV_VARS = {
     "overcommit": "SBATCH_OVERCOMMIT", "partition": "SBATCH_PARTITION",
     "power": "SBATCH_POWER", "profile": "SBATCH_PROFILE", "qos": "SBATCH_QOS",
     "requeue": "SBATCH_REQUEUE", "reservation": "SBATCH_RESERVATION",
+    "segment": "SBATCH_SEGMENT_SIZE",
     "signal": "SBATCH_SIGNAL", "spread-job": "SBATCH_SPREAD_JOB",
     "switches": "SBATCH_REQ_SWITCH", "thread-spec": "SBATCH_THREAD_SPEC",
     "threads-per-core": "SBATCH_THREADS_PER_CORE", "time": "SBATCH_TIMELIMIT",

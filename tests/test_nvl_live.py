@@ -1,0 +1,100 @@
+"""NVLink domains live (issue 23): Slurm 26.05's topology/block partition of the local cluster.
+
+The 26.05 lane adds partition ``nvl``: 8 nodes of 4 GPUs in two blocks of 4 (its own
+topology in topology.yaml, beside the fat tree; ``site_config/devcluster``). A job with TP 8
+needs two nodes per TP group; each group must land in one block, with ranks from the plugin.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurm_arnold.slurm import Slurm
+from tests.conftest import wait_for_job
+
+pytestmark = pytest.mark.live
+BIN = Path(sys.executable).parent
+PARTITION = "nvl"
+REPORT = 'echo "$SLURMD_NODENAME $RANK $ARNOLD_TP_RANK $ARNOLD_PP_RANK $ARNOLD_DP_RANK"'
+
+
+@pytest.fixture(scope="module")
+def nvl(slurm: Slurm) -> dict[str, str]:
+    """node -> block of the nvl partition, as `arnold topology show` reads it live."""
+    proc = subprocess.run(["sinfo", "-h", "-p", PARTITION, "-o", "%N"], capture_output=True,
+                          text=True)
+    if not proc.stdout.strip():
+        pytest.skip(f"no partition {PARTITION} on this cluster: topology/block needs Slurm "
+                    "25.05+ (make test SLURM=26.05 has it)")
+    show = subprocess.run([str(BIN / "arnold"), "topology", "show", "--partition", PARTITION,
+                           "--json"], capture_output=True, text=True, timeout=60)
+    assert show.returncode == 0, show.stderr
+    doc = json.loads(show.stdout)
+    assert doc["block_sizes"] == [4, 8]  # read from scontrol: blocks and the aggregated one
+    assert {d["name"]: d["nodes"] for d in doc["domains"]} == {"nvlblock0": 4, "nvlblock1": 4}
+    return {n["name"]: n["domain"] for n in doc["nodes"]}
+
+
+@pytest.fixture
+def blockers(slurm: Slurm, nvl: dict[str, str]) -> Iterator[list[int]]:
+    """One busy node in each block (nvl01, nvl05): three free nodes per block, so a job of
+    four needs both blocks, and node order alone would pair nvl04 with nvl06."""
+    ids = []
+    for node in ("nvl01", "nvl05"):
+        out = subprocess.run(["sbatch", "--parsable", "-p", PARTITION, "-w", node, "-N", "1",
+                              "--exclusive", "-t", "5", "-o", "/dev/null", "--wrap",
+                              "sleep 300"], capture_output=True, text=True, check=True)
+        ids.append(int(out.stdout.strip().split(";")[0]))
+    try:
+        yield ids
+    finally:
+        subprocess.run(["scancel", *map(str, ids)], check=False)
+
+
+def test_tp_groups_span_two_nodes_of_one_block_with_ranks_from_the_plugin(
+        slurm: Slurm, nvl: dict[str, str], blockers: list[int], tmp_path: Path) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text(f"""#!/bin/bash
+#SBATCH -p {PARTITION} -N 4 --ntasks-per-node=4 --gpus-per-node=4 --exclusive -t 5
+#SBATCH -o {tmp_path}/out-%j.txt
+#ARNOLD --tp 8 --pp 1
+srun --arnold-rankfile=auto bash -c '{REPORT}'
+""")
+    proc = subprocess.run([str(BIN / "arnold-sbatch"), "--parsable", str(script)],
+                          capture_output=True, text=True, env=dict(os.environ), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    job_id = int(proc.stdout)
+    assert wait_for_job(slurm, job_id) == "COMPLETED"
+    assert re.search(r"placed on nvl\[", proc.stderr), proc.stderr
+    lines = [ln.split() for ln in (tmp_path / f"out-{job_id}.txt").read_text().splitlines()]
+    assert sorted(int(f[1]) for f in lines) == list(range(16))
+    groups: dict[tuple[int, int], set[str]] = {}
+    for node, rank, tp, pp, dp in lines:
+        assert int(rank) == int(tp) + 8 * int(dp)  # TP fastest, then DP (PP is 1)
+        assert node not in ("nvl01", "nvl05")
+        groups.setdefault((int(pp), int(dp)), set()).add(node)
+    assert len(groups) == 2
+    for nodes in groups.values():
+        assert len(nodes) == 2 and len({nvl[n] for n in nodes}) == 1, groups
+
+
+def test_without_the_segment_slurm_refuses_the_same_nodes(
+        slurm: Slurm, nvl: dict[str, str], blockers: list[int]) -> None:
+    """Why arnold-sbatch passes --segment: the plugin will not spread a job no larger than a
+    block over two blocks otherwise. If a later Slurm accepts it, this test says so."""
+    plain = subprocess.run(["sbatch", "--test-only", "-p", PARTITION, "-N", "4",
+                            "-w", "nvl[02-03,06-07]", "--wrap", "true"],
+                           capture_output=True, text=True)
+    assert plain.returncode != 0 and "configuration is not available" in plain.stderr
+    segmented = subprocess.run(["sbatch", "--test-only", "-p", PARTITION, "-N", "4",
+                                "--segment=2", "-w", "nvl[02-03,06-07]", "--wrap", "true"],
+                               capture_output=True, text=True)
+    assert segmented.returncode == 0, segmented.stderr
