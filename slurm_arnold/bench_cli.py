@@ -51,11 +51,33 @@ def bench() -> None:
 @click.option("--live", is_flag=True,
               help="Instead, a sequence of jobs on the live cluster: ours against Slurm's own "
                    "choice and task order, job by job (needs the cluster idle).")
+@click.option("--nvl", is_flag=True,
+              help="Instead, NVL72-style clusters (racks of 18 x 4 GPUs as NVLink domains, "
+                   "three scale-out tiers): ours against Slurm's block rule and the baselines.")
 @docs_option
 @json_option()
-def bench_placement(quick: bool, seed: int, live: bool, docs: str, as_json: bool) -> None:
+def bench_placement(quick: bool, seed: int, live: bool, nvl: bool, docs: str,
+                    as_json: bool) -> None:
     """Every placement algorithm side by side on fragmented clusters at three scales."""
     from rich.progress import Progress
+
+    if nvl:
+        from benchmarks.placement import write_section
+        from benchmarks.placement_nvl import markdown as nvl_markdown
+        from benchmarks.placement_nvl import run as nvl_run
+
+        measured = nvl_run(quick=quick, seed=seed)
+        if not quick:
+            write_section(Path(docs), "placement-nvl", nvl_markdown(
+                measured, "arnold bench placement --nvl" + (f" --seed {seed}" if seed else "")))
+        if as_json:
+            click.echo(json.dumps(measured))
+            return
+        for scale, s in measured["summary"].items():
+            click.echo(f"{scale} GPUs: {s['cases']} cases, wall p95 {s['wall_p95_s']} s, ours "
+                       f"/ block rule {s['ratio_to_block_rule_mean']}, TP groups split "
+                       f"{s['ours_split_groups']}")
+        return
 
     if live:
         from benchmarks.placement import write_section

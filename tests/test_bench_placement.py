@@ -73,3 +73,33 @@ def test_live_quick_bench_reads_both_rank_orders_and_ours_never_loses(
     left = [j for j in slurm.jobs(unfinished=True)
             if j.name == "wrap" or j.name.startswith(("ours-", "slurm-"))]
     assert not left, "the bench left jobs behind"
+
+
+def test_nvl_quick_bench_keeps_tp_groups_in_racks_and_never_loses(tmp_path: Path) -> None:
+    from benchmarks.placement_nvl import block_rule, nvl_cluster
+    from slurm_arnold.placement import JobShape
+
+    docs = tmp_path / "benchmarks.md"
+    result = CliRunner().invoke(main, ["bench", "placement", "--nvl", "--quick", "--json",
+                                       "--docs", str(docs)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output.strip().splitlines()[-1])
+    assert doc["cases"]
+    for case in doc["cases"]:
+        assert case["split_groups"]["mip"] == 0
+        assert case["spreads"]["mip"] <= case["spreads"]["slurm-block"] + 1e-9
+        assert case["split_groups"]["slurm-block"] == 0  # segments keep its groups whole
+    for scale in doc["summary"].values():
+        assert scale["never_worse_than_valid_baselines"] is True
+    assert not docs.exists()
+    # The modelled block rule: the tightest single rack when one holds the job.
+    import random
+
+    topo = nvl_cluster(4 * 18 * 8, random.Random(1))
+    racks: dict[str, list[str]] = {}
+    for node, rack in topo.domains.items():
+        racks.setdefault(rack, []).append(node)
+    names = list(racks)
+    free = racks[names[0]][:10] + racks[names[1]][:6] + racks[names[2]]
+    chosen = block_rule(topo, free, JobShape(tp=8, pp=1, dp=3, gpus_per_node=4))
+    assert chosen is not None and set(chosen) <= set(racks[names[1]])

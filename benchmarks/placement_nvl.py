@@ -1,0 +1,235 @@
+"""``arnold bench placement --nvl``: NVL72-style clusters, ours against Slurm's block rule.
+
+A cluster is racks of 18 nodes of 4 GPUs (one NVLink domain each, GB200 NVL72) under three
+scale-out tiers: leaf switches over 3 to 5 racks, spines over 6 to 10 leaves (our minipods),
+one super-spine (the core). It is fragmented by ``benchmarks.clusters.fragment``'s replayed
+job mix. Jobs have TP 8 or 16 (TP groups of 2 or 4 nodes, which must stay in one rack).
+
+Slurm's block rule, as topology/block documents it, modelled offline (``block_rule``): the
+blocks are the racks and ``BlockSizes`` joins 4 consecutive racks per level; the job asks for
+``--segment`` = its TP group's nodes. The rule takes the lowest level with a block that can
+hold the job in whole segments, the tightest such block (fewest usable nodes), and inside it
+the tightest racks first; tasks in node-name order (Slurm's default), ranks TP fastest, then
+DP, then PP (Megatron's default). The paper's baselines pick nodes knowing nothing of racks;
+where one splits a TP group over two racks the case says so (``split_groups``), since such a
+job would not run at NVLink speed.
+
+Every placement's TP groups are checked from the rank-order file it would get.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import hostlist
+
+from benchmarks.clusters import fragment
+from slurm_arnold.blocks import Blocks, with_domains
+from slurm_arnold.placement import JobShape, Placement, place
+from slurm_arnold.placement.baselines import BASELINES, slurm_sort_key
+from slurm_arnold.placement.engine import place_from_node_list
+from slurm_arnold.rankorder import parse as parse_rankorder
+from slurm_arnold.rankorder import write_files
+from slurm_arnold.topology import Topology, parse_topology
+
+RACK_NODES = 18
+GPUS_PER_NODE = 4
+#: Racks joined per block level (Slurm's BlockSizes: 18, 72, 288, ...).
+BLOCK_JOIN = 4
+SCALES = {"10k": 10_000, "100k": 100_000}
+QUICK_SCALES = {"5k": 5_000}
+WALL_TARGETS = {"10k": 2.0, "100k": 20.0}
+#: Job shapes of the suite: TP, PP, and the job's share of the free nodes.
+JOBS = ((8, 4, 0.25), (8, 8, 0.6), (16, 4, 0.25), (16, 8, 0.6))
+QUICK_JOBS = ((8, 4, 0.3), (16, 4, 0.3))
+ALPHA = 0.5
+
+
+def nvl_cluster(gpus: int, rng: random.Random) -> Topology:
+    """Racks of ``RACK_NODES`` x ``GPUS_PER_NODE`` under leaves, spines and a core."""
+    racks = max(2, round(gpus / (RACK_NODES * GPUS_PER_NODE)))
+    width = len(str(racks * RACK_NODES))
+    lines, members = [], {}
+    rack = leaf = pod = 0
+    pod_leaves: list[str] = []
+    while rack < racks:
+        count = min(rng.randint(3, 5), racks - rack)
+        nodes = []
+        for r in range(rack, rack + count):
+            first = r * RACK_NODES
+            names = f"gb[{first:0{width}d}-{first + RACK_NODES - 1:0{width}d}]"
+            members[f"rack{r}"] = names
+            nodes.append(names)
+        lines.append(f"SwitchName=leaf{leaf} Nodes={','.join(nodes)}")
+        pod_leaves.append(f"leaf{leaf}")
+        rack += count
+        leaf += 1
+        if len(pod_leaves) >= rng.randint(6, 10) or rack >= racks:
+            lines.append(f"SwitchName=spine{pod} Switches={','.join(pod_leaves)}")
+            pod_leaves = []
+            pod += 1
+    lines.append(f"SwitchName=core Switches=spine[0-{pod - 1}]")
+    tree = parse_topology("\n".join(lines) + "\n", f"nvl72-{gpus}")
+    blocks = Blocks({name: tuple(hostlist.expand_hostlist(expr))
+                     for name, expr in members.items()},
+                    tuple(RACK_NODES * BLOCK_JOIN ** k for k in range(_levels(racks))))
+    return with_domains(tree, blocks, tree.source)
+
+
+def _levels(racks: int) -> int:
+    return 1 + max(0, math.ceil(math.log(racks, BLOCK_JOIN))) if racks > 1 else 1
+
+
+def block_rule(topology: Topology, free: list[str], job: JobShape) -> list[str] | None:
+    """Slurm's block plugin's choice for ``job`` with ``--segment`` = one TP group (see the
+    module docstring), or None when no block holds it in whole segments."""
+    segment = job.nodes_per_unit
+    free_set = set(free)
+    racks: dict[str, list[str]] = {}
+    for node in topology.nodes:
+        racks.setdefault(topology.domains[node], [])
+        if node in free_set:
+            racks[topology.domains[node]].append(node)
+    names = list(racks)
+    usable = {r: len(racks[r]) // segment * segment for r in names}
+    span = 1
+    while True:
+        groups = [names[i:i + span] for i in range(0, len(names), span)]
+        fits = [(sum(usable[r] for r in g), k) for k, g in enumerate(groups)
+                if sum(usable[r] for r in g) >= job.nodes]
+        if fits:
+            chosen = groups[min(fits)[1]]
+            break
+        if span >= len(names):
+            return None
+        span *= BLOCK_JOIN
+    out: list[str] = []
+    for r in sorted(chosen, key=lambda r: (usable[r], names.index(r))):
+        take = min(usable[r], job.nodes - len(out))
+        out.extend(racks[r][:take])
+        if len(out) == job.nodes:
+            break
+    return sorted(out, key=slurm_sort_key)
+
+
+def tp_groups_split(placement: Placement, topology: Topology, tmp: Path) -> int:
+    """TP groups whose nodes are in more than one rack, read from the rank-order file."""
+    rankfile, _ = write_files(tmp, placement, "0123abcd")
+    _, entries = parse_rankorder(rankfile.read_text())
+    groups: dict[tuple[int, int], set[str]] = {}
+    for e in entries:
+        groups.setdefault((e.pp, e.dp), set()).add(topology.domains[e.node])
+    return sum(1 for racks in groups.values() if len(racks) > 1)
+
+
+def run(quick: bool = False, seed: int = 0) -> dict[str, Any]:
+    """Every case of the suite; ``{"cases": [...], "summary": {...}}``."""
+    scales = QUICK_SCALES if quick else SCALES
+    jobs = QUICK_JOBS if quick else JOBS
+    occupancies = (0.5,) if quick else (0.5, 0.7)
+    cases = []
+    with tempfile.TemporaryDirectory(prefix="arnold-nvl-") as tmpdir:
+        tmp = Path(tmpdir)
+        for scale, gpus in scales.items():
+            for c, occupancy in enumerate(occupancies):
+                rng = random.Random(f"{seed}-nvl-{scale}-{c}")
+                topo = nvl_cluster(gpus, rng)
+                free = fragment(topo, occupancy, rng)
+                for tp, pp, share in jobs:
+                    m = tp // GPUS_PER_NODE
+                    nodes = int(len(free) * share) // (pp * m) * (pp * m)
+                    job = JobShape.from_nodes(nodes, tp, pp, GPUS_PER_NODE)
+                    cases.append(_case(topo, free, job, tmp) | {
+                        "scale": scale, "cluster": c, "occupancy": occupancy,
+                        "nodes_total": len(topo.nodes), "nodes_free": len(free),
+                        "racks": len(set(topo.domains.values()))})
+    return {"cases": cases, "summary": summarise(cases)}
+
+
+def _case(topo: Topology, free: list[str], job: JobShape, tmp: Path) -> dict[str, Any]:
+    t0 = time.monotonic()
+    ours = place(topo, free, job, algo="mip", alpha=ALPHA)
+    seconds = time.monotonic() - t0
+    result: dict[str, Any] = {"tp": job.tp, "pp": job.pp, "dp": job.dp, "nodes": job.nodes,
+                              "seconds": round(seconds, 3), "gap": ours.gap,
+                              "spreads": {"mip": ours.metrics.weighted_spread},
+                              "split_groups": {"mip": tp_groups_split(ours, topo, tmp)}}
+    chosen = block_rule(topo, free, job)
+    if chosen is not None:
+        theirs = place_from_node_list("slurm-block", chosen, topo, job, ALPHA)
+        result["spreads"]["slurm-block"] = theirs.metrics.weighted_spread
+        result["split_groups"]["slurm-block"] = tp_groups_split(theirs, topo, tmp)
+    for algo in BASELINES:
+        baseline = place(topo, free, job, algo=algo, alpha=ALPHA)
+        result["spreads"][algo] = baseline.metrics.weighted_spread
+        result["split_groups"][algo] = tp_groups_split(baseline, topo, tmp)
+    valid = [a for a, s in result["split_groups"].items() if s == 0 and a != "mip"]
+    best = min((result["spreads"][a] for a in valid), default=math.inf)
+    result["best_other_valid"] = best
+    result["ratio"] = round(ours.metrics.weighted_spread / best, 4) if best < math.inf else None
+    return result
+
+
+def summarise(cases: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per scale: wall p95, ratio to the block rule and to the best valid other, splits."""
+    out: dict[str, Any] = {}
+    for scale in dict.fromkeys(c["scale"] for c in cases):
+        mine = [c for c in cases if c["scale"] == scale]
+        walls = sorted(c["seconds"] for c in mine)
+        block = [c["spreads"]["mip"] / c["spreads"]["slurm-block"] for c in mine
+                 if "slurm-block" in c["spreads"]]
+        out[scale] = {
+            "cases": len(mine),
+            "wall_p95_s": walls[min(len(walls) - 1, int(0.95 * len(walls)))],
+            "ours_split_groups": sum(c["split_groups"]["mip"] for c in mine),
+            "ratio_to_block_rule_mean": round(sum(block) / len(block), 4) if block else None,
+            "never_worse_than_block_rule": all(
+                c["spreads"]["mip"] <= c["spreads"]["slurm-block"] + 1e-9 for c in mine
+                if "slurm-block" in c["spreads"]),
+            "never_worse_than_valid_baselines": all(
+                c["ratio"] is None or c["ratio"] <= 1 + 1e-9 for c in mine),
+            "baselines_splitting_groups": sorted({a for c in mine
+                                                  for a, s in c["split_groups"].items()
+                                                  if s and a != "mip"}),
+        }
+    return out
+
+
+def markdown(result: dict[str, Any], command: str) -> str:
+    """The docs/benchmarks.md section."""
+    lines = ["## Placement: NVL72-style clusters (NVLink domains)", "",
+             f"Command: `{command}`. Racks of 18 x 4 GPUs (one NVLink domain each) under "
+             "leaves (3-5 racks), spines (6-10 leaves) and a core; fragmented by a replayed "
+             "job mix (50% and 70% busy); "
+             "jobs TP 8 or 16, PP 4 or 8, a quarter or 60% of the free nodes, alpha 0.5. "
+             "Slurm's block rule modelled offline with `--segment` = one TP group "
+             "(`benchmarks/placement_nvl.py`). Weighted spread in spines; TP groups checked "
+             "from each placement's rank-order file.", "",
+             "| scale | cases | ours: wall p95 (s) | target | ours: TP groups split | ours / block "
+             "rule, mean | never worse than block rule | never worse than valid baselines | "
+             "baselines that split TP groups |", "|---|---|---|---|---|---|---|---|---|"]
+    for scale, s in result["summary"].items():
+        target = WALL_TARGETS.get(scale)
+        lines.append(f"| {scale} GPUs | {s['cases']} | {s['wall_p95_s']} | "
+                     f"{f'<= {target} s' if target else '-'} | {s['ours_split_groups']} | "
+                     f"{s['ratio_to_block_rule_mean']} | {s['never_worse_than_block_rule']} | "
+                     f"{s['never_worse_than_valid_baselines']} | "
+                     f"{', '.join(s['baselines_splitting_groups']) or 'none'} |")
+    lines += ["", "| scale | busy | TP x PP x DP | nodes | ours | block rule | best-fit | "
+              "topo-aware | ours (s) |", "|---|---|---|---|---|---|---|---|---|"]
+    for c in result["cases"]:
+        sp = c["spreads"]
+        lines.append(f"| {c['scale']} | {c['occupancy']:.0%} | {c['tp']} x {c['pp']} x "
+                     f"{c['dp']} | {c['nodes']} | {sp['mip']:.2f} | "
+                     f"{sp.get('slurm-block', float('nan')):.2f} | {sp['best-fit']:.2f}"
+                     f"{'*' if c['split_groups']['best-fit'] else ''} | "
+                     f"{sp['topo-aware']:.2f}{'*' if c['split_groups']['topo-aware'] else ''} "
+                     f"| {c['seconds']} |")
+    lines += ["", "`*`: that baseline split a TP group over two racks (it would not run at "
+              "NVLink speed)."]
+    return "\n".join(lines) + "\n"
