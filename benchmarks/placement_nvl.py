@@ -127,6 +127,13 @@ def tp_groups_split(placement: Placement, topology: Topology, tmp: Path) -> int:
     return sum(1 for racks in groups.values() if len(racks) > 1)
 
 
+def whole_racks_left(topology: Topology, free: list[str], used: list[str]) -> int:
+    """Racks with every node still free once ``used`` is taken from ``free``."""
+    left = set(free) - set(used)
+    busy = {topology.domains[n] for n in topology.nodes if n not in left}
+    return len(set(topology.domains.values()) - busy)
+
+
 def run(quick: bool = False, seed: int = 0) -> dict[str, Any]:
     """Every case of the suite; ``{"cases": [...], "summary": {...}}``."""
     scales = QUICK_SCALES if quick else SCALES
@@ -158,12 +165,16 @@ def _case(topo: Topology, free: list[str], job: JobShape, tmp: Path) -> dict[str
     result: dict[str, Any] = {"tp": job.tp, "pp": job.pp, "dp": job.dp, "nodes": job.nodes,
                               "seconds": round(seconds, 3), "gap": ours.gap,
                               "spreads": {"mip": ours.metrics.weighted_spread},
-                              "split_groups": {"mip": tp_groups_split(ours, topo, tmp)}}
+                              "split_groups": {"mip": tp_groups_split(ours, topo, tmp)},
+                              "whole_racks_before": whole_racks_left(topo, free, []),
+                              "whole_racks_left": {"mip": whole_racks_left(topo, free,
+                                                                           ours.nodes())}}
     chosen = block_rule(topo, free, job)
     if chosen is not None:
         theirs = place_from_node_list("slurm-block", chosen, topo, job, ALPHA)
         result["spreads"]["slurm-block"] = theirs.metrics.weighted_spread
         result["split_groups"]["slurm-block"] = tp_groups_split(theirs, topo, tmp)
+        result["whole_racks_left"]["slurm-block"] = whole_racks_left(topo, free, chosen)
     for algo in BASELINES:
         baseline = place(topo, free, job, algo=algo, alpha=ALPHA)
         result["spreads"][algo] = baseline.metrics.weighted_spread
@@ -188,6 +199,10 @@ def summarise(cases: list[dict[str, Any]]) -> dict[str, Any]:
             "wall_p95_s": walls[min(len(walls) - 1, int(0.95 * len(walls)))],
             "ours_split_groups": sum(c["split_groups"]["mip"] for c in mine),
             "ratio_to_block_rule_mean": round(sum(block) / len(block), 4) if block else None,
+            "whole_racks_left_mean": {
+                algo: round(sum(c["whole_racks_left"][algo] for c in mine) / len(mine), 1)
+                for algo in ("mip", "slurm-block")
+                if all(algo in c["whole_racks_left"] for c in mine)},
             "never_worse_than_block_rule": all(
                 c["spreads"]["mip"] <= c["spreads"]["slurm-block"] + 1e-9 for c in mine
                 if "slurm-block" in c["spreads"]),
@@ -212,14 +227,17 @@ def markdown(result: dict[str, Any], command: str) -> str:
              "from each placement's rank-order file.", "",
              "| scale | cases | ours: wall p95 (s) | target | ours: TP groups split | ours / block "
              "rule, mean | never worse than block rule | never worse than valid baselines | "
-             "baselines that split TP groups |", "|---|---|---|---|---|---|---|---|---|"]
+             "baselines that split TP groups | whole racks left, ours / block rule (mean) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for scale, s in result["summary"].items():
         target = WALL_TARGETS.get(scale)
         lines.append(f"| {scale} GPUs | {s['cases']} | {s['wall_p95_s']} | "
                      f"{f'<= {target} s' if target else '-'} | {s['ours_split_groups']} | "
                      f"{s['ratio_to_block_rule_mean']} | {s['never_worse_than_block_rule']} | "
                      f"{s['never_worse_than_valid_baselines']} | "
-                     f"{', '.join(s['baselines_splitting_groups']) or 'none'} |")
+                     f"{', '.join(s['baselines_splitting_groups']) or 'none'} | "
+                     f"{s['whole_racks_left_mean'].get('mip')} / "
+                     f"{s['whole_racks_left_mean'].get('slurm-block')} |")
     lines += ["", "| scale | busy | TP x PP x DP | nodes | ours | block rule | best-fit | "
               "topo-aware | ours (s) |", "|---|---|---|---|---|---|---|---|---|"]
     for c in result["cases"]:

@@ -209,3 +209,15 @@ def test_scontrol_show_topology_of_a_block_partition() -> None:
     assert list(blocks.members) == ["nvlblock0", "nvlblock1"] and blocks.sizes == (4, 8)
     with pytest.raises(TopologyError, match="unknown key 'BlockIndex'"):
         parse_block_conf(text, "topology.conf")  # a file has no such keys
+
+
+def test_a_job_fills_partly_used_domains_before_breaking_a_whole_one() -> None:
+    topo = parse_topology_yaml(YAML)
+    whole = [f"gb{i:03d}" for i in range(1, 10)]        # d1: every node free
+    partial = [f"gb{i:03d}" for i in range(10, 15)]     # d2: 5 of 9 free
+    job = JobShape(tp=8, pp=1, dp=2, gpus_per_node=4)   # two TP groups of two nodes
+    placement = place(topo, whole + partial, job, algo="mip", alpha=0.5)
+    assert {topo.domain_of(n) for n in placement.nodes()} == {"d2"}
+    # Tree alone (no domains): the fullest leaf group first, as before.
+    tree_only = parse_topology_yaml(YAML[:YAML.index("- topology: nvl")])
+    assert len(place(tree_only, whole + partial, job, algo="mip", alpha=0.5).nodes()) == 4

@@ -19,6 +19,8 @@ class Pool:
     topology: Topology
     groups: dict[str, dict[str, list[str]]]
     nodes_per_unit: int
+    #: NVLink domains with every node free (empty on a topology without domains).
+    whole: frozenset[str] = frozenset()
 
     @classmethod
     def build(cls, topology: Topology, free: Iterable[str], job: JobShape) -> Pool:
@@ -29,7 +31,14 @@ class Pool:
             if node in free_set:
                 pod = groups.setdefault(topology.minipod_of(node), {})
                 pod.setdefault(topology.group_of(node), []).append(node)
-        return cls(topology, groups, job.nodes_per_unit)
+        whole: set[str] = set()
+        if topology.domains:
+            sizes: dict[str, int] = {}
+            for domain in topology.domains.values():
+                sizes[domain] = sizes.get(domain, 0) + 1
+            whole = {g for pod in groups.values() for g, nodes in pod.items()
+                     if len(nodes) == sizes.get(g)}
+        return cls(topology, groups, job.nodes_per_unit, frozenset(whole))
 
     def group_units(self, pod: str, group: str) -> int:
         """Units that fit in one group (a unit of m nodes never leaves its group)."""
@@ -49,11 +58,14 @@ class Pool:
         return sum(self.capacities().values())
 
     def units_in(self, pod: str) -> list[list[str]]:
-        """The minipod's units (m nodes of one group each), fullest groups first."""
+        """The minipod's units (m nodes of one group each), fullest groups first; where the
+        topology has NVLink domains, partly used domains before whole ones, so a job breaks
+        a whole domain only when the partly used ones of its minipod are full (the layout,
+        and so the spreads, are the same either way: this only picks inside a minipod)."""
         m = self.nodes_per_unit
         out: list[list[str]] = []
         groups = self.groups[pod]
-        for group in sorted(groups, key=lambda g: -len(groups[g])):
+        for group in sorted(groups, key=lambda g: (g in self.whole, -len(groups[g]))):
             nodes = groups[group]
             out.extend(nodes[i * m:(i + 1) * m] for i in range(len(nodes) // m))
         return out
