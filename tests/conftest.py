@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from slurm_arnold.slurm import Slurm
+from slurm_arnold.slurm import NodeInfo, Slurm
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -64,6 +64,13 @@ def isolated_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
             monkeypatch.delenv(name)
     monkeypatch.setenv("ARNOLD_CONFIG", str(tmp_path / "user.toml"))
     yield tmp_path
+
+
+def tree_nodes(slurm: Slurm) -> list[NodeInfo]:
+    """The nodes of the cluster's default partition: the fat tree the tests place on (the
+    26.05 lane also has partition ``nvl``, whose nodes are in no switch of it)."""
+    partition = slurm.default_partition()
+    return [n for n in slurm.nodes() if partition in n.partitions]
 
 
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 from slurm_arnold.cli import main
 from slurm_arnold.slurm import Slurm
+from tests.conftest import tree_nodes
 
 REPO = Path(__file__).resolve().parents[1]
 TOPO = "SwitchName=l0 Nodes=x[1-2]\nSwitchName=l1 Nodes=x[3-4]\nSwitchName=c Switches=l[0-1]\n"
@@ -165,7 +166,7 @@ def test_live_topology_show_json(slurm: Slurm, slurm_conf_dir: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     names = [n["name"] for n in doc["nodes"]]
-    assert sorted(names) == sorted(n.name for n in slurm.nodes())
+    assert sorted(names) == sorted(n.name for n in tree_nodes(slurm))
     assert all("[" not in n for n in names)  # hostlists expanded
     busy = {n["name"] for n in doc["nodes"] if not n["free"]}
     assert all(n["gpus_free"] == (0 if n["name"] in busy else n["gpus_total"])

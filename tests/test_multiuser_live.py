@@ -28,7 +28,7 @@ from site_config import SiteConfig
 from slurm_arnold.rankorder import parse
 from slurm_arnold.site_state import SUBMIT_LOCK
 from slurm_arnold.slurm import Slurm
-from tests.conftest import wait_for_job
+from tests.conftest import tree_nodes, wait_for_job
 
 pytestmark = pytest.mark.live
 
@@ -65,7 +65,7 @@ def _bin(name: str) -> str:
 
 
 def _free_count(slurm: Slurm) -> int:
-    return sum(1 for n in slurm.nodes() if n.state == "IDLE" and not n.flags)
+    return sum(1 for n in tree_nodes(slurm) if n.state == "IDLE" and not n.flags)
 
 
 def _wait_free(slurm: Slurm, count: int, timeout: float = 180.0) -> None:
@@ -311,7 +311,7 @@ def test_a_submission_killed_while_holding_the_site_lock_blocks_nobody(
     assert killed is not None, "never caught a submission holding the lock"
     # No orphaned claim: the next user may have every node no real job holds or awaits.
     pending = [j for j in slurm.jobs() if j.state == "PENDING"]
-    idle = {n.name for n in slurm.nodes() if n.state == "IDLE" and not n.flags}
+    idle = {n.name for n in tree_nodes(slurm) if n.state == "IDLE" and not n.flags}
     free = len(idle - {n for j in pending for n in j.required_nodes})
     argv = [_bin("arnold-sbatch"), "--parsable", "--hold", "-N", str(free),
             "--ntasks-per-node=8", "--gpus-per-node=8", "--exclusive", "-t", "3", "-o",

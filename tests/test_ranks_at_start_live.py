@@ -26,7 +26,7 @@ from slurm_arnold.rankorder import parse
 from slurm_arnold.site_state import open_site_db
 from slurm_arnold.slurm import Slurm
 from slurm_arnold.topology import read_topology_file
-from tests.conftest import REPO, wait_for_job
+from tests.conftest import REPO, tree_nodes, wait_for_job
 
 pytestmark = pytest.mark.live
 BIN = Path(sys.executable).parent
@@ -43,7 +43,7 @@ def _idle_by_minipod(slurm: Slurm, conf_dir: Path) -> dict[str, list[str]]:
     topo = read_topology_file(str(conf_dir / "topology.conf"))
     busy = {n for j in slurm.jobs(unfinished=True) for n in (*j.nodes, *j.required_nodes)}
     out: dict[str, list[str]] = {}
-    for node in slurm.nodes():
+    for node in tree_nodes(slurm):
         if node.state == "IDLE" and not node.flags and node.name not in busy:
             out.setdefault(topo.minipod_of(node.name), []).append(node.name)
     return {pod: sorted(nodes) for pod, nodes in out.items()}

@@ -15,6 +15,7 @@ import pytest
 from slurm_arnold.cluster import live_cluster
 from slurm_arnold.slurm import AccountingRecord, Slurm
 from slurm_arnold.topology import read_topology_file
+from tests.conftest import tree_nodes
 
 pytestmark = pytest.mark.live
 
@@ -108,7 +109,7 @@ def reservation_name() -> Iterator[str]:
 
 
 def test_reservation_create_show_delete(slurm: Slurm, reservation_name: str) -> None:
-    nodes = sorted(slurm.nodes(), key=lambda n: n.name)[-2:]
+    nodes = sorted(tree_nodes(slurm), key=lambda n: n.name)[-2:]
     names = [n.name for n in nodes]
     slurm.create_reservation(reservation_name, names, users=[getpass.getuser()],
                              duration="10", flags=["IGNORE_JOBS"])
@@ -128,13 +129,13 @@ def test_reservation_create_show_delete(slurm: Slurm, reservation_name: str) -> 
 
 
 def test_our_own_reservation_leaves_nodes_free_for_us(slurm: Slurm, reservation_name: str) -> None:
-    name = sorted(n.name for n in slurm.nodes())[0]
+    name = sorted(n.name for n in tree_nodes(slurm))[0]
     slurm.create_reservation(reservation_name, [name], users=[getpass.getuser()], duration="10")
     assert name in live_cluster(slurm).free
 
 
 def test_drained_node_is_not_free(slurm: Slurm) -> None:
-    node = sorted(n.name for n in slurm.nodes())[-1]
+    node = sorted(n.name for n in tree_nodes(slurm))[-1]
     slurm.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=arnold-test"])
     try:
         info = {n.name: n for n in slurm.nodes()}[node]
