@@ -39,6 +39,7 @@ from slurm_arnold.placement.engine import (
     check_alpha,
     place_from_node_list,
 )
+from slurm_arnold.placement.plan import spreads_per_tier
 from slurm_arnold.sim import PREDICTORS
 from slurm_arnold.slurm import Slurm
 from slurm_arnold.topology import Topology, read_topology_file
@@ -337,7 +338,7 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
         theirs = slurm_reference(view, job, alpha, None if topology_file else Slurm())
         picture(result, theirs, view, Path(picture_path))
     if as_json:
-        doc = result.as_json()
+        doc = result.as_json() | {"per_tier": spreads_per_tier(result.cells, view.topology)}
         if theirs is not None:
             doc["explain"] = {"slurm": theirs.as_json(), "picture": picture_path}
         click.echo(json.dumps(doc))

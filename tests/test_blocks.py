@@ -221,3 +221,21 @@ def test_a_job_fills_partly_used_domains_before_breaking_a_whole_one() -> None:
     # Tree alone (no domains): the fullest leaf group first, as before.
     tree_only = parse_topology_yaml(YAML[:YAML.index("- topology: nvl")])
     assert len(place(tree_only, whole + partial, job, algo="mip", alpha=0.5).nodes()) == 4
+
+
+def test_place_json_reports_spreads_per_tier(tmp_path: Path) -> None:
+    conf = tmp_path / "topology.conf"
+    conf.write_text(BLOCK_CONF)
+    result = CliRunner().invoke(main, ["place", "--topology", str(conf), "--gpus-per-node", "4",
+                                       "--tp", "8", "--pp", "2", "--nodes", "40", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    tiers_seen = [t["tier"] for t in doc["per_tier"]]
+    assert tiers_seen == ["nvlink domain", "minipod", "core"]
+    minipod = doc["per_tier"][1]
+    assert (minipod["max_dp_spread"], minipod["max_pp_spread"]) == (
+        doc["metrics"]["max_dp_spread"], doc["metrics"]["max_pp_spread"])
+    # 40 nodes do not fit in two racks (36): some DP group or pipeline crosses racks.
+    rack = doc["per_tier"][0]
+    assert max(rack["max_dp_spread"], rack["max_pp_spread"]) >= 2
+    assert all(t["max_dp_spread"] >= 1 for t in doc["per_tier"])

@@ -88,6 +88,39 @@ def measure(cells: Mapping[Cell, Sequence[str]], job: JobShape, topology: Topolo
                    round(alpha * dp_spread + (1 - alpha) * pp_spread, 6), len(used))
 
 
+def spreads_per_tier(cells: Mapping[Cell, Sequence[str]],
+                     topology: Topology) -> list[dict[str, Any]]:
+    """DP and PP spreads counted at every tier of the tree, nearest first (the NVLink domain
+    first where the topology has domains, then each position of ``Topology.path_of``): how
+    many distinct domains, leaves, ..., switches each group touches, at worst. The minipod
+    tier's pair is the objective's (``measure``)."""
+    from slurm_arnold.blocks import tiers
+
+    names = tiers(topology)
+    getters: list[tuple[str, Any]] = []
+    if topology.domains and names[0] != "nvlink domain":
+        getters.append(("nvlink domain", lambda n: topology.domains.get(n, n)))
+    for k, name in enumerate(names):
+        getters.append((name, lambda n, k=k: _at(topology, n, k)))
+    out = []
+    for name, where in getters:
+        rows: dict[int, set[str]] = {}
+        cols: dict[int, set[str]] = {}
+        for (pp, col), nodes in cells.items():
+            places = {where(n) for n in nodes}
+            rows.setdefault(pp, set()).update(places)
+            cols.setdefault(col, set()).update(places)
+        out.append({"tier": name,
+                    "max_dp_spread": max((len(v) for v in rows.values()), default=0),
+                    "max_pp_spread": max((len(v) for v in cols.values()), default=0)})
+    return out
+
+
+def _at(topology: Topology, node: str, k: int) -> str:
+    path = topology.path_of(node)
+    return path[min(k, len(path) - 1)]
+
+
 def cells_from_rank_order(nodes: Sequence[str], job: JobShape) -> dict[Cell, list[str]]:
     """Cells a user gets today from a node list: Megatron's default order, TP fastest, then DP,
     then PP, so consecutive units (of m nodes) form a DP group."""
