@@ -457,16 +457,17 @@ def bench_mapping(quick: bool, live: bool, docs: str, as_json: bool) -> None:
 def bench_plan(quick: bool, reference: str, docs: str, as_json: bool) -> None:
     """The planner's cost model against Megatron-LM's Table 1, and its search time."""
     from benchmarks.placement import write_section
-    from benchmarks.plan import markdown, speed, table1
+    from benchmarks.plan import llama_405b, markdown, speed, table1
 
     if not Path(reference).exists():
         raise ArnoldError(f"no reference table at {reference}; pass --reference FILE")
     rows = table1(Path(reference))
     speeds = speed(quick)
+    llama = llama_405b()
     if not quick:
-        write_section(Path(docs), "plan", markdown(rows, speeds, "arnold bench plan"))
+        write_section(Path(docs), "plan", markdown(rows, speeds, "arnold bench plan", llama))
     if as_json:
-        click.echo(json.dumps({"table1": rows, "speed": speeds}))
+        click.echo(json.dumps({"table1": rows, "speed": speeds, "llama3_405b": llama}))
         return
     for r in rows:
         click.echo(f"{r['model']}: published {r['published_tflops']:.0f}, predicted "

@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from site_config import load_config
 from slurm_arnold.errors import ArnoldError
@@ -48,7 +49,12 @@ log = logging.getLogger("arnold.plan")
 @click.option("--interleave", type=click.IntRange(min=1), default=1, show_default=True,
               help="With --evaluate: virtual stages per pipeline rank (interleaved 1F1B).")
 @click.option("--stages", "stages_text",
-              help="Layers per stage, first to last, e.g. 9,10,10,9 (default: equal stages).")
+              help="Layers per stage, first to last, e.g. 9,10,10,9 (default: equal stages, "
+                   "or the dynamic program's best cut where --pp does not divide the layers).")
+@click.option("--attention", type=click.Choice(["flash", "eager"]), default="flash",
+              show_default=True,
+              help="flash: FlashAttention, scores never stored; eager: stored (the formula of "
+                   "Korthikanti et al., for runs made without FlashAttention).")
 @click.option("--rank-order", type=click.Choice(["tp-dp-pp", "tp-pp-dp"]), default="tp-dp-pp",
               show_default=True, help="How the ranks fill nodes and leaves (--evaluate).")
 @click.option("--explain", is_flag=True,
@@ -57,14 +63,14 @@ log = logging.getLogger("arnold.plan")
 def plan(model_name: str, gpus: int, global_batch: int, seq: int | None, gpu_name: str,
          gpus_per_node: int, topology_file: str | None, evaluate: bool, tp: int | None,
          pp: int | None, dp: int | None, cp: int, ep: int, micro_batch: int, zero: int,
-         recompute: str, interleave: int, stages_text: str | None, rank_order: str,
-         explain: bool, as_json: bool) -> None:
+         recompute: str, interleave: int, stages_text: str | None, attention: str,
+         rank_order: str, explain: bool, as_json: bool) -> None:
     """The fastest TP/PP/DP/CP/EP, rank order, stage cut, ZeRO stage, recomputation and
     micro-batch that fit (exact over its space: NEST's dynamic program for the cut, priced by the
     cost model in slurm_arnold/plan/cost.py); or, with --evaluate, what a given layout costs."""
     from slurm_arnold.plan.catalog import load_gpu, load_model
-    from slurm_arnold.plan.cost import Layout, estimate
-    from slurm_arnold.plan.search import plan_json, search, why
+    from slurm_arnold.plan.cost import Layout
+    from slurm_arnold.plan.search import CHOOSABLE, evaluate_best, plan_json, search, why
 
     model = load_model(model_name)
     if seq is not None:
@@ -79,13 +85,22 @@ def plan(model_name: str, gpus: int, global_batch: int, seq: int | None, gpu_nam
         dp = dp if dp is not None else gpus // (tp * pp * cp)
         layout = Layout(tp, pp, dp, micro_batch=micro_batch, zero=zero, recompute=recompute,
                         interleave=interleave, cp=cp, ep=ep, stages=_stages(stages_text),
-                        order=rank_order)
+                        order=rank_order, attention=attention)
         if layout.gpus != gpus:
             raise ArnoldError(f"TP x PP x DP x CP = {tp} x {pp} x {dp} x {cp} = {layout.gpus}"
                               f" GPUs, not --gpus {gpus}; fix --dp or --gpus")
-        est = estimate(model, gpu, network, layout, global_batch, gpus_per_node=gpus_per_node,
-                       leaf_nodes=leaf_nodes)
-        doc = plan_json(model, layout, est)
+        cut_from = "given" if layout.stages else "equal" if model.layers % pp == 0 \
+            else "dynamic program"
+        ctx = click.get_current_context()
+        option_of = {"recompute": "recompute", "micro_batch": "micro_batch", "zero": "zero",
+                     "interleave": "interleave", "order": "rank_order"}
+        given = {f for f in CHOOSABLE
+                 if ctx.get_parameter_source(option_of[f]) != ParameterSource.DEFAULT}
+        layout, est, chosen = evaluate_best(model, gpu, network, layout, given, global_batch,
+                                            gpus_per_node=gpus_per_node, leaf_nodes=leaf_nodes)
+        doc = plan_json(model, layout, est) | {
+            "cut": cut_from, "chosen": chosen + (["stages"] if cut_from == "dynamic program"
+                                                 else [])}
     else:
         result = search(model, gpu, network, gpus, global_batch, gpus_per_node=gpus_per_node,
                         leaf_nodes=leaf_nodes)

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from site_config.settings import NetworkTiers
 from slurm_arnold.cli import main
-from slurm_arnold.errors import InfeasibleError
+from slurm_arnold.errors import ArnoldError, InfeasibleError
 from slurm_arnold.plan.catalog import GPUS, MODELS, ModelSpec
 from slurm_arnold.plan.cost import (
     EFFICIENCY,
@@ -49,6 +49,10 @@ def test_flops_are_the_papers_formula(name: str) -> None:
     # Without recomputation: three passes of the layers, the logits as before.
     assert model_flops(m, b, "none") == pytest.approx(
         72 * b * s * layers * h * h * (1 + s / (6 * h)) + 6 * b * s * h * v, rel=1e-12)
+    # FlashAttention without recomputation recomputes the scores once, as selective does.
+    assert model_flops(m, b, "none", "flash") == pytest.approx(
+        model_flops(m, b, "selective"), rel=1e-12)
+    assert model_flops(m, b, "full", "flash") == model_flops(m, b, "full")
 
 
 def test_parameter_counts_match_the_names() -> None:
@@ -59,8 +63,11 @@ def test_parameter_counts_match_the_names() -> None:
 
 def test_activation_memory_by_hand() -> None:
     m = MODELS["gpt-7.5b"]  # s 2048, h 4096, a 32
-    tp_sp = Layout(8, 1, 1, recompute="none")
+    tp_sp = Layout(8, 1, 1, recompute="none", attention="eager")
     assert activation_bytes_per_layer(m, tp_sp) == 2048 * 4096 / 8 * (34 + 5 * 32 * 2048 / 4096)
+    # FlashAttention never stores the scores: Korthikanti's 5as/h term is gone.
+    assert activation_bytes_per_layer(m, replace(tp_sp, attention="flash")) \
+        == 2048 * 4096 / 8 * 34
     assert activation_bytes_per_layer(m, replace(tp_sp, recompute="selective")) \
         == 2048 * 4096 / 8 * 34
     assert activation_bytes_per_layer(m, replace(tp_sp, recompute="full")) == 2 * 2048 * 4096 / 8
@@ -321,3 +328,39 @@ def test_model_and_gpu_files_are_checked_key_by_key(tmp_path: Path) -> None:
     gpu.write_bytes(b"\xff\xfe\x00binary")
     with pytest.raises(ArnoldError, match="cannot read it as TOML"):
         load_gpu(str(gpu))
+
+
+def test_evaluate_cuts_uneven_pp_and_chooses_what_is_not_given(isolated_config: Path) -> None:
+    args = ["plan", "--evaluate", "--model", "llama3-405b", "--gpus", "8192", "--global-batch",
+            "2048", "--tp", "8", "--pp", "16", "--gpu", "h100-80g", "--seq", "8192", "--json"]
+    doc = json.loads(CliRunner().invoke(main, args).output)
+    sizes = [b - a + 1 for a, b in doc["stages"]]
+    assert len(sizes) == 16 and sum(sizes) == 126  # 16 stages do not divide 126 layers
+    assert doc["cut"] == "dynamic program" and "stages" in doc["chosen"]
+    assert set(doc["chosen"]) >= {"recompute", "micro_batch", "zero", "interleave", "order"}
+    assert doc["fits"] and doc["attention"] == "flash"
+    # What the user gives stays given; interleaving with unequal stages is priced.
+    fixed = json.loads(CliRunner().invoke(main, [*args, "--recompute", "full", "--interleave",
+                                                 "2"]).output)
+    assert (fixed["recompute"], fixed["interleave"]) == ("full", 2)
+    assert "recompute" not in fixed["chosen"] and "interleave" not in fixed["chosen"]
+    assert fixed["step_seconds"] >= doc["step_seconds"]
+    # Without FlashAttention and without recomputation it does not fit (the old formula).
+    eager = json.loads(CliRunner().invoke(main, [*args, "--recompute", "none", "--attention",
+                                                 "eager"]).output)
+    assert not eager["fits"] and eager["memory_gib_per_gpu"] > 5 * doc["memory_gib_per_gpu"]
+
+
+def test_uneven_interleaved_chunks_cost_the_largest_chunk() -> None:
+    from slurm_arnold.plan.catalog import GPUS
+    from slurm_arnold.plan.cost import estimate
+    from slurm_arnold.plan.reference import SELENE
+
+    m = MODELS["gpt-39.1b"]  # 48 layers
+    even = Layout(8, 4, 16, recompute="full", interleave=2)
+    uneven = replace(even, stages=(13, 12, 12, 11))
+    e, u = (estimate(m, GPUS["a100-80g"], SELENE, lay, 1536) for lay in (even, uneven))
+    assert e.bubble_seconds > 0 and u.step_seconds > e.step_seconds  # 13 layers: chunks 7+6
+    with pytest.raises(ArnoldError, match="does not split into 4 chunks"):
+        estimate(m, GPUS["a100-80g"], SELENE, replace(even, stages=(3, 15, 15, 15),
+                                                      interleave=4), 1536)

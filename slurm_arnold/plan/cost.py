@@ -14,7 +14,14 @@ Sources, part by part:
 - **Activation memory** per layer and micro-batch (Korthikanti et al. 2022, Table 2):
   ``s b h (34 + 5 a s / h)`` without parallelism; with TP t: ``s b h (10 + 24/t + 5 a s/(h t))``;
   with TP + sequence parallelism ``s b h / t (34 + 5 a s / h)``; selective recomputation drops
-  the ``5 a s / h`` term; full recomputation keeps ``2 s b h / t`` per layer. Under 1F1B the
+  the ``5 a s / h`` term; full recomputation keeps ``2 s b h / t`` per layer. The ``5 a s / h``
+  term is the attention scores (softmax output, dropout mask and output), which FlashAttention
+  (Dao et al. 2022; the default, ``attention="flash"``) never stores: it keeps only the
+  per-row softmax statistics and recomputes the scores in the backward pass, so with it the
+  term is dropped as under selective recomputation, and without recomputation the scores'
+  FLOPs are paid once more (as selective recomputation pays them). ``attention="eager"``
+  (``--attention eager``) is the paper's formula, for runs made without it (Megatron-LM's SC'21
+  Table 1 predates it; recomputing everything, it is the same there either way). Under 1F1B the
   first stage holds ``p`` micro-batches of its ``l/p`` layers, i.e. ``l`` layers' worth
   (``x (1 + (p-1)/(p v))`` interleaved).
 - **Weights, gradients, optimizer** (Rajbhandari et al., ZeRO): mixed-precision Adam keeps
@@ -51,6 +58,7 @@ from slurm_arnold.plan.catalog import GpuSpec, ModelSpec
 EFFICIENCY = {"a100-80g": 0.55, "h100-80g": 0.55, "h200": 0.55}
 BYTES_PER_VALUE = 2  # bf16 activations, weights and gradients on the wire
 RECOMPUTE = ("none", "selective", "full")
+ATTENTION = ("flash", "eager")
 ORDERS = ("tp-dp-pp", "tp-pp-dp")  # rank orders the planner prices (rankorder.ORDERS names)
 
 
@@ -70,6 +78,7 @@ class Layout:
     ep: int = 1
     stages: tuple[int, ...] = ()  # layers per stage, first to last; () = equal stages
     order: str = "tp-dp-pp"  # how ranks fill the machine (see group_levels)
+    attention: str = "flash"  # "flash": scores never stored; "eager": stored (see above)
 
     @property
     def gpus(self) -> int:
@@ -113,12 +122,15 @@ def layer_forward_flops(model: ModelSpec, batch: int) -> tuple[float, float, flo
             2.0 * batch * s * h * model.vocab)
 
 
-def model_flops(model: ModelSpec, batch: int, recompute: str = "full") -> float:
-    """FLOPs of one iteration over ``batch`` sequences (SC'21 eq. 3 and its variants)."""
+def model_flops(model: ModelSpec, batch: int, recompute: str = "full",
+                attention: str = "eager") -> float:
+    """FLOPs of one iteration over ``batch`` sequences (SC'21 eq. 3 and its variants; with
+    FlashAttention and no recomputation the backward recomputes the scores once)."""
     dense, scores, logits = layer_forward_flops(model, batch)
     layers = model.layers
     factor = {"none": 3, "selective": 3, "full": 4}[recompute]
-    extra_scores = scores if recompute == "selective" else 0
+    extra_scores = scores if recompute == "selective" or (
+        recompute == "none" and attention == "flash") else 0
     return float(layers * (factor * (dense + scores) + extra_scores) + 3 * logits)
 
 
@@ -128,7 +140,8 @@ def activation_bytes_per_layer(model: ModelSpec, layout: Layout) -> float:
     b, h, a, t = layout.micro_batch, model.hidden, model.heads, layout.tp
     if layout.recompute == "full":
         return 2 * s * b * h / (t if layout.sequence_parallel else 1)
-    attention = 0.0 if layout.recompute == "selective" else 5 * a * s / h
+    attention = 0.0 if layout.recompute == "selective" or layout.attention == "flash" \
+        else 5 * a * s / h
     if layout.sequence_parallel:
         return s * b * h / t * (34 + attention)
     return s * b * h * (10 + 24 / t + attention / t)
@@ -256,16 +269,23 @@ class StageModel:
 
     def pipeline(self, stages: tuple[int, ...]) -> float:
         """1F1B over the stages: ``(m - 1) x`` the slowest slot plus one pass through all of
-        them (``(m + p - 1) x slot`` when equal); interleaved: ``(m + (p - 1)/v) x slot``."""
+        them (``(m + p - 1) x slot`` when equal); interleaved: ``m x`` the slowest slot plus
+        ``p - 1`` of the largest chunk (a stage of ``n`` layers in ``v`` chunks has chunks of
+        ``ceil(n / v)`` layers at most), ``(m + (p - 1)/v) x slot`` when everything divides."""
         slots = [self.slot(k, n) for k, n in enumerate(stages)]
-        if self.interleave > 1:
-            return (self.microbatches + (self.pp - 1) / self.interleave) * max(slots)
+        v = self.interleave
+        if v > 1:
+            chunk = max(slot * math.ceil(n / v) / n for slot, n in zip(slots, stages,
+                                                                         strict=True))
+            return self.microbatches * max(slots) + (self.pp - 1) * chunk
         return (self.microbatches - 1) * max(slots) + sum(slots)
 
 
 def _check(model: ModelSpec, layout: Layout, global_batch: int) -> None:
     if layout.recompute not in RECOMPUTE:
         raise ArnoldError(f"--recompute {layout.recompute}: use one of {', '.join(RECOMPUTE)}")
+    if layout.attention not in ATTENTION:
+        raise ArnoldError(f"--attention {layout.attention}: use one of {', '.join(ATTENTION)}")
     if layout.order not in ORDERS:
         raise ArnoldError(f"rank order {layout.order}: use one of {', '.join(ORDERS)}")
     if model.heads % layout.tp:
@@ -289,14 +309,13 @@ def _check_cut(model: ModelSpec, layout: Layout) -> None:
                 or min(layout.stages) < 1:
             raise ArnoldError(f"stages {','.join(map(str, layout.stages))}: give {layout.pp} "
                               f"positive layer counts adding up to {model.layers}")
-        if layout.interleave > 1 and len(set(layout.stages)) > 1:
-            raise ArnoldError("interleaving needs equal stages; drop --stages or --interleave")
     elif model.layers % layout.pp:
         raise ArnoldError(f"{layout.pp} stages do not divide the {model.layers} layers; "
                           "give the layers per stage (--stages) or another PP")
-    elif layout.interleave > 1 and (model.layers // layout.pp) % layout.interleave:
-        raise ArnoldError(f"{model.layers // layout.pp} layers per stage do not split into "
-                          f"{layout.interleave} chunks")
+    smallest = min(layout.stage_layers(model.layers))
+    if layout.interleave > smallest:
+        raise ArnoldError(f"a stage of {smallest} layers does not split into "
+                          f"{layout.interleave} chunks; use --interleave {smallest} or less")
 
 
 def stage_model(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: Layout,
@@ -311,7 +330,8 @@ def stage_model(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: L
     b, s, h = layout.micro_batch, model.seq_len, model.hidden
     speed = eff * gpu.peak_flops
     logits_flops = 6.0 * b * s * h * model.vocab  # forward and backward of the output layer
-    layer_flops = (model_flops(model, b, layout.recompute) - logits_flops) / model.layers
+    layer_flops = (model_flops(model, b, layout.recompute, layout.attention) - logits_flops) \
+        / model.layers
     layer_compute = layer_flops / (tp * cp) / speed
     dp_level, bounds = group_levels(layout.order, tp, cp, p, layout.dp, gpus_per_node,
                                     leaf_nodes)
@@ -412,11 +432,14 @@ def estimate_stages(model: ModelSpec, gpu: GpuSpec, layout: Layout, global_batch
     other_comm = m * n * (sm.layer_seconds - sm.layer_compute_seconds)
     dp = max(sm.sync(k, n) for k, n in enumerate(stages))
     step = pipeline + dp
-    flops = model_flops(model, global_batch, "full")  # the paper's count, for TFLOP/s
+    # The FLOPs the layout executes, recomputation included: the paper's count for its runs
+    # (all recomputed everything), and the same rule for a layout that recomputes less (it
+    # executes fewer FLOPs, faster), so a choice of recomputation cannot inflate TFLOP/s.
+    flops = model_flops(model, global_batch, layout.recompute, layout.attention)
     mem = max(sm.memory(k, n) for k, n in enumerate(stages))
     return Estimate(step, flops / step / layout.gpus / 1e12,
-                    model_flops(model, global_batch, layout.recompute) / step / layout.gpus
-                    / gpu.peak_flops, mem / 2**30, mem <= gpu.memory_bytes,
+                    flops / step / layout.gpus / gpu.peak_flops, mem / 2**30,
+                    mem <= gpu.memory_bytes,
                     compute, pipeline - m * slots[worst], other_comm, pp_comm, dp, m)
 
 
@@ -460,7 +483,8 @@ def block_times(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: L
     _check_cut(model, layout)
     dense, scores, logits = layer_forward_flops(model, layout.micro_batch)
     share = 1.0 / (layout.tp * layout.cp * EFFICIENCY.get(gpu.name, 0.5) * gpu.peak_flops)
-    redo = {"none": 0.0, "selective": scores, "full": dense + scores}[layout.recompute]
+    redo = {"none": scores if layout.attention == "flash" else 0.0, "selective": scores,
+            "full": dense + scores}[layout.recompute]
     passes = 3 if layout.recompute == "full" else 2
     comm = (sm.layer_seconds - sm.layer_compute_seconds) / passes  # one pass's collectives
     f_layer = (dense + scores) * share + comm

@@ -29,6 +29,7 @@ from slurm_arnold.plan.cost import (
     Estimate,
     Layout,
     StageModel,
+    estimate,
     estimate_stages,
     smallest_fitting_gpus,
     stage_model,
@@ -222,6 +223,64 @@ def why(best: tuple[Layout, Estimate], other: tuple[Layout, Estimate]) -> str:
     return ", ".join(f"{name} {delta:+.3f} s" for name, delta in worst) + f"; {memory}"
 
 
+#: What ``arnold plan --evaluate`` chooses itself when the command line does not say (Layout's
+#: field names); TP, PP, DP, CP, EP and the attention kernel are always the user's.
+CHOOSABLE = ("recompute", "micro_batch", "zero", "interleave", "order")
+
+
+def evaluate_best(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, fixed: Layout,
+                  given: set[str], global_batch: int, *, gpus_per_node: int = 8,
+                  leaf_nodes: int = LEAF_NODES) -> tuple[Layout, Estimate, list[str]]:
+    """``--evaluate``: the fastest variant of ``fixed`` that fits, over every value of the
+    ``CHOOSABLE`` fields not in ``given`` (the fastest of all when none fits), its cut the
+    given one, else equal stages where PP divides the layers, else NEST's best cut
+    (``evaluate_cut``). Returns the layout, its estimate and the fields it chose."""
+    per_replica = global_batch // fixed.dp if global_batch % fixed.dp == 0 else 0
+    stages_fixed = fixed.stages or (() if model.layers % fixed.pp else
+                                    fixed.stage_layers(model.layers))
+    smallest = min(stages_fixed) if stages_fixed else model.layers // fixed.pp
+    options: dict[str, tuple[Any, ...]] = {
+        "recompute": RECOMPUTE,
+        "micro_batch": tuple(b for b in (1, 2, 4, 8) if per_replica and per_replica % b == 0)
+        or (fixed.micro_batch,),
+        "zero": (0, 1, 2, 3),
+        "interleave": tuple(v for v in (1, 2, 4) if v == 1 or (fixed.pp > 1 and v <= smallest)),
+        "order": ORDERS if fixed.pp > 1 and fixed.dp * fixed.cp > 1 else (fixed.order,),
+    }
+    free = [f for f in CHOOSABLE if f not in given]
+    best: tuple[tuple[bool, float], Layout, Estimate] | None = None
+    for values in itertools.product(*(options[f] for f in free)):
+        lay = replace(fixed, **dict(zip(free, values, strict=True)))
+        if not lay.stages and model.layers % lay.pp:
+            lay = replace(lay, stages=evaluate_cut(model, gpu, network, lay, global_batch,
+                                                   gpus_per_node=gpus_per_node,
+                                                   leaf_nodes=leaf_nodes))
+        est = estimate(model, gpu, network, lay, global_batch, gpus_per_node=gpus_per_node,
+                       leaf_nodes=leaf_nodes)
+        key = (not est.fits, est.step_seconds)
+        if best is None or key < best[0]:
+            best = (key, lay, est)
+    assert best is not None  # the product has at least the empty combination
+    return best[1], best[2], free
+
+
+def evaluate_cut(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: Layout,
+                 global_batch: int, *, gpus_per_node: int = 8,
+                 leaf_nodes: int = LEAF_NODES) -> tuple[int, ...]:
+    """Layers per stage for ``layout``: NEST's dynamic program's best cut into ``layout.pp``
+    stages that fits in memory (``nest.best_cut``), else the fastest cut (whose estimate then
+    says it does not fit)."""
+    sm = stage_model(model, gpu, network, layout, global_batch, gpus_per_node=gpus_per_node,
+                     leaf_nodes=leaf_nodes)
+    _, cut = best_cut(sm, model.layers, gpu.memory_bytes)
+    if not cut:
+        _, cut = best_cut(sm, model.layers, math.inf)
+    if not cut:
+        raise InfeasibleError(f"{layout.pp} stages exceed the {model.layers} layers; "
+                              "use a smaller --pp")
+    return cut
+
+
 def plan_json(model: ModelSpec, layout: Layout, est: Estimate, *, search_seconds: float = 0.0,
               alternatives: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The ``arnold plan --json`` object."""
@@ -232,7 +291,7 @@ def plan_json(model: ModelSpec, layout: Layout, est: Estimate, *, search_seconds
         "zero": layout.zero, "recompute": layout.recompute, "micro_batch": layout.micro_batch,
         "interleave": layout.interleave,
         "stages": [[a, b - 1] for a, b in itertools.pairwise(bounds)],
-        "rank_order": layout.order,
+        "rank_order": layout.order, "attention": layout.attention,
         "step_seconds": round(est.step_seconds, 4),
         "tflops_per_gpu": round(est.tflops_per_gpu, 2), "mfu": round(est.mfu, 4),
         "memory_gib_per_gpu": round(est.memory_gib_per_gpu, 2), "fits": est.fits,
