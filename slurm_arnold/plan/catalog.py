@@ -88,18 +88,21 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in (
 
 @dataclass(frozen=True)
 class GpuSpec:
-    """One GPU: dense bf16 peak, memory, NVLink bandwidth per direction."""
+    """One GPU: dense bf16 peak, memory, NVLink bandwidth per direction, and its memory (HBM)
+    bandwidth, which bounds the elementwise work of a layer (see ``cost``)."""
 
     name: str
     peak_flops: float
     memory_bytes: float
     nvlink_bytes_per_s: float
+    hbm_bytes_per_s: float = 2.0e12
 
 
+#: NVIDIA's data sheets (SXM parts): A100 80GB 2.039 TB/s, H100 3.35 TB/s, H200 4.8 TB/s.
 GPUS: dict[str, GpuSpec] = {g.name: g for g in (
-    GpuSpec("a100-80g", 312e12, 80e9, 300e9),
-    GpuSpec("h100-80g", 989e12, 80e9, 450e9),
-    GpuSpec("h200", 989e12, 141e9, 450e9),
+    GpuSpec("a100-80g", 312e12, 80e9, 300e9, 2.039e12),
+    GpuSpec("h100-80g", 989e12, 80e9, 450e9, 3.35e12),
+    GpuSpec("h200", 989e12, 141e9, 450e9, 4.8e12),
 )}
 
 
@@ -142,6 +145,7 @@ def _gpu_file() -> type[Any]:
         peak_flops: float = Field(gt=0, strict=False)
         memory_bytes: float = Field(gt=0, strict=False)
         nvlink_bytes_per_s: float = Field(gt=0, strict=False)
+        hbm_bytes_per_s: float = Field(default=2.0e12, gt=0, strict=False)
 
     return GpuFile
 

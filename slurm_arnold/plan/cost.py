@@ -9,8 +9,14 @@ Sources, part by part:
   score part (``s/(6h)``) is recomputed only. "Model" TFLOP/s per GPU counts what the paper
   counts (its formula, recomputation included) so it compares with its Table 1. Gated FFNs and
   grouped-query attention use the exact matrix sizes; an MoE layer computes ``top_k`` experts.
-- **Compute time**: FLOPs / (efficiency x peak). One efficiency per GPU type
-  (``EFFICIENCY``), calibrated once and stated there.
+- **Compute time**, a roofline in two parts: the matrix multiplications at a share of peak
+  (``EFFICIENCY``, per GPU type), plus the elementwise work (layer norms, activation, dropout,
+  residual adds, and with eager attention the softmax over the scores), which is bound by
+  memory bandwidth: ``ELEMENTWISE_TRAFFIC`` bytes moved per byte of the layer's activations
+  (Korthikanti's ``34 + 5as/h``, without the scores' term under FlashAttention) per pass,
+  at the GPU's HBM bandwidth. So the achieved share of peak depends on the shapes: small
+  hidden sizes per TP rank and long eager-attention sequences spend more of their time on
+  memory traffic. Both constants are stated where they are defined, with what fitted them.
 - **Activation memory** per layer and micro-batch (Korthikanti et al. 2022, Table 2):
   ``s b h (34 + 5 a s / h)`` without parallelism; with TP t: ``s b h (10 + 24/t + 5 a s/(h t))``;
   with TP + sequence parallelism ``s b h / t (34 + 5 a s / h)``; selective recomputation drops
@@ -52,10 +58,15 @@ from site_config.settings import NetworkTiers
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.plan.catalog import GpuSpec, ModelSpec
 
-#: Achieved share of peak for the model's FLOPs, per GPU. a100-80g: fitted once on two rows of
-#: Megatron-LM's Table 1, the smallest and the largest model (`reference.fit_efficiency`; a
-#: test refits it); the other GPUs take the same share until measured on them.
-EFFICIENCY = {"a100-80g": 0.55, "h100-80g": 0.55, "h200": 0.55}
+#: Share of peak the matrix multiplications reach, per GPU, and the elementwise traffic
+#: (bytes per activation byte per pass). a100-80g and the traffic: fitted together on the
+#: even rows of Megatron-LM's SC'21 Table 1 (1.7B, 7.5B, 39.1B, 145.6B, 529.6B; A100, eager
+#: attention), checked on the odd rows (`reference.fit_roofline`; a test refits both and
+#: checks the rest). h100-80g: fitted on the one H100 figure the repo has, Llama 3 405B on
+#: 8,192 GPUs (430 TFLOP/s, Meta's Llama 3 paper), with the traffic kept; no second H100 figure
+#: checks it. h200: the same chip as H100 with more and faster memory, so H100's share.
+EFFICIENCY = {"a100-80g": 0.629, "h100-80g": 0.711, "h200": 0.711}
+ELEMENTWISE_TRAFFIC = 2.75
 BYTES_PER_VALUE = 2  # bf16 activations, weights and gradients on the wire
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("flash", "eager")
@@ -132,6 +143,23 @@ def model_flops(model: ModelSpec, batch: int, recompute: str = "full",
     extra_scores = scores if recompute == "selective" or (
         recompute == "none" and attention == "flash") else 0
     return float(layers * (factor * (dense + scores) + extra_scores) + 3 * logits)
+
+
+def passes_of(layout: Layout) -> int:
+    """Passes over a layer per micro-batch: forward, backward, and a recomputed forward."""
+    return 3 if layout.recompute == "full" else 2
+
+
+def elementwise_seconds(model: ModelSpec, gpu: GpuSpec, layout: Layout,
+                        traffic: float | None = None) -> float:
+    """One pass of one layer's memory-bound work on one GPU: ``traffic`` (default
+    ``ELEMENTWISE_TRAFFIC``) times the layer's activation bytes (``s b h (34 + 5as/h)``, the
+    scores' term only with eager attention), split over TP and CP, at HBM bandwidth."""
+    s = model.seq_len / layout.cp
+    b, h, a = layout.micro_batch, model.hidden, model.heads
+    scores = 5 * a * s / h if layout.attention == "eager" else 0.0
+    k = ELEMENTWISE_TRAFFIC if traffic is None else traffic
+    return k * s * b * h * (34 + scores) / layout.tp / gpu.hbm_bytes_per_s
 
 
 def activation_bytes_per_layer(model: ModelSpec, layout: Layout) -> float:
@@ -320,7 +348,8 @@ def _check_cut(model: ModelSpec, layout: Layout) -> None:
 
 def stage_model(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: Layout,
                 global_batch: int, *, gpus_per_node: int = 8,
-                efficiency: float | None = None, leaf_nodes: int = LEAF_NODES) -> StageModel:
+                efficiency: float | None = None, leaf_nodes: int = LEAF_NODES,
+                traffic: float | None = None) -> StageModel:
     """The per-stage cost functions of ``layout`` (its ``stages`` are ignored: any cut is
     priced by them); raises ``ArnoldError`` when the layout is not one of the job."""
     _check(model, layout, global_batch)
@@ -332,7 +361,8 @@ def stage_model(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: L
     logits_flops = 6.0 * b * s * h * model.vocab  # forward and backward of the output layer
     layer_flops = (model_flops(model, b, layout.recompute, layout.attention) - logits_flops) \
         / model.layers
-    layer_compute = layer_flops / (tp * cp) / speed
+    layer_compute = layer_flops / (tp * cp) / speed + \
+        passes_of(layout) * elementwise_seconds(model, gpu, layout, traffic)
     dp_level, bounds = group_levels(layout.order, tp, cp, p, layout.dp, gpus_per_node,
                                     leaf_nodes)
     passes = 3 if layout.recompute == "full" else 2  # forward, backward, recomputed forward
@@ -407,11 +437,13 @@ def allreduce_seconds(size: float, n: int, bandwidth: float, latency: float) -> 
 
 def estimate(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: Layout,
              global_batch: int, *, gpus_per_node: int = 8,
-             efficiency: float | None = None, leaf_nodes: int = LEAF_NODES) -> Estimate:
+             efficiency: float | None = None, leaf_nodes: int = LEAF_NODES,
+             traffic: float | None = None) -> Estimate:
     """Predict one iteration of ``layout``; raises ``ArnoldError`` when it is not a layout of
-    the job (batch, layers or stages that do not add up)."""
+    the job (batch, layers or stages that do not add up). ``efficiency`` and ``traffic``
+    override ``EFFICIENCY`` and ``ELEMENTWISE_TRAFFIC`` (for fitting them)."""
     sm = stage_model(model, gpu, network, layout, global_batch, gpus_per_node=gpus_per_node,
-                     efficiency=efficiency, leaf_nodes=leaf_nodes)
+                     efficiency=efficiency, leaf_nodes=leaf_nodes, traffic=traffic)
     _check_cut(model, layout)
     return estimate_stages(model, gpu, layout, global_batch, sm,
                            layout.stage_layers(model.layers))
@@ -487,8 +519,9 @@ def block_times(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: L
             "full": dense + scores}[layout.recompute]
     passes = 3 if layout.recompute == "full" else 2
     comm = (sm.layer_seconds - sm.layer_compute_seconds) / passes  # one pass's collectives
-    f_layer = (dense + scores) * share + comm
-    b_layer = (dense + 2 * scores + redo) * share + comm * (passes - 1)
+    memory = elementwise_seconds(model, gpu, layout)  # one pass's memory-bound work
+    f_layer = (dense + scores) * share + comm + memory
+    b_layer = (dense + 2 * scores + redo) * share + (comm + memory) * (passes - 1)
     w_layer = dense * share
     cut = layout.stage_layers(model.layers)
     last = len(cut) - 1

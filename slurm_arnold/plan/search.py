@@ -230,7 +230,8 @@ CHOOSABLE = ("recompute", "micro_batch", "zero", "interleave", "order")
 
 def evaluate_best(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, fixed: Layout,
                   given: set[str], global_batch: int, *, gpus_per_node: int = 8,
-                  leaf_nodes: int = LEAF_NODES) -> tuple[Layout, Estimate, list[str]]:
+                  leaf_nodes: int = LEAF_NODES,
+                  efficiency: float | None = None) -> tuple[Layout, Estimate, list[str]]:
     """``--evaluate``: the fastest variant of ``fixed`` that fits, over every value of the
     ``CHOOSABLE`` fields not in ``given`` (the fastest of all when none fits), its cut the
     given one, else equal stages where PP divides the layers, else NEST's best cut
@@ -254,9 +255,10 @@ def evaluate_best(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, fixed: 
         if not lay.stages and model.layers % lay.pp:
             lay = replace(lay, stages=evaluate_cut(model, gpu, network, lay, global_batch,
                                                    gpus_per_node=gpus_per_node,
-                                                   leaf_nodes=leaf_nodes))
+                                                   leaf_nodes=leaf_nodes,
+                                                   efficiency=efficiency))
         est = estimate(model, gpu, network, lay, global_batch, gpus_per_node=gpus_per_node,
-                       leaf_nodes=leaf_nodes)
+                       leaf_nodes=leaf_nodes, efficiency=efficiency)
         key = (not est.fits, est.step_seconds)
         if best is None or key < best[0]:
             best = (key, lay, est)
@@ -266,12 +268,13 @@ def evaluate_best(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, fixed: 
 
 def evaluate_cut(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: Layout,
                  global_batch: int, *, gpus_per_node: int = 8,
-                 leaf_nodes: int = LEAF_NODES) -> tuple[int, ...]:
+                 leaf_nodes: int = LEAF_NODES, efficiency: float | None = None,
+                 ) -> tuple[int, ...]:
     """Layers per stage for ``layout``: NEST's dynamic program's best cut into ``layout.pp``
     stages that fits in memory (``nest.best_cut``), else the fastest cut (whose estimate then
     says it does not fit)."""
     sm = stage_model(model, gpu, network, layout, global_batch, gpus_per_node=gpus_per_node,
-                     leaf_nodes=leaf_nodes)
+                     leaf_nodes=leaf_nodes, efficiency=efficiency)
     _, cut = best_cut(sm, model.layers, gpu.memory_bytes)
     if not cut:
         _, cut = best_cut(sm, model.layers, math.inf)
