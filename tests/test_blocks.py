@@ -239,3 +239,21 @@ def test_place_json_reports_spreads_per_tier(tmp_path: Path) -> None:
     rack = doc["per_tier"][0]
     assert max(rack["max_dp_spread"], rack["max_pp_spread"]) >= 2
     assert all(t["max_dp_spread"] >= 1 for t in doc["per_tier"])
+
+
+def test_a_users_segment_must_split_the_placement_in_every_domain() -> None:
+    from slurm_arnold.errors import ArnoldError
+    from slurm_arnold.submit.flow import check_segment, segment_size
+
+    topo = parse_topology_yaml(YAML)
+    # Three TP groups of two nodes: 4 nodes in one domain and 2 in another at best.
+    free = [f"gb{i:03d}" for i in (1, 2, 3, 4, 10, 11)]
+    placement = place(topo, free, JobShape(tp=8, pp=1, dp=3, gpus_per_node=4), algo="mip",
+                      alpha=0.5)
+    assert segment_size(placement, topo) == 2
+    check_segment("2", placement, topo, 2)  # fits
+    with pytest.raises(ArnoldError, match=r"--segment 4: the placement puts 2 nodes in NVLink "
+                                          r"domain d2.*passes --segment=2"):
+        check_segment("4", placement, topo, 2)
+    with pytest.raises(ArnoldError, match="whole number"):
+        check_segment("two", placement, topo, 2)

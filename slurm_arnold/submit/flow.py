@@ -385,8 +385,13 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
         extra = [f"--nodelist={hostlist.collect_hostlist(placement.nodes())}"]
         if request.sbatch.get("nodes") is None:
             extra.append(f"--nodes={job.nodes}")
-        if view.topology.domains and request.sbatch.get("segment") is None:
-            extra.append(f"--segment={segment_size(placement, view.topology)}")
+        if view.topology.domains:
+            fitting = segment_size(placement, view.topology)
+            given = request.sbatch.get("segment")
+            if given is None:
+                extra.append(f"--segment={fitting}")
+            else:
+                check_segment(given, placement, view.topology, fitting)
         # ARNOLD_HOSTFILE says SLURM_HOSTFILE is ours: where the job runs on other nodes
         # (requeued, moved) the SPANK plugin points srun at the admin side's host file.
         env = {"ARNOLD_RANKFILE": str(rankfile), "SLURM_HOSTFILE": str(hostfile),
@@ -440,6 +445,27 @@ def segment_size(placement: Placement, topology: Topology) -> int:
         key = topology.group_of(node)
         per_domain[key] = per_domain.get(key, 0) + 1
     return math.gcd(*per_domain.values())
+
+
+def check_segment(given: str, placement: Placement, topology: Topology, fitting: int) -> None:
+    """A user's ``--segment`` must split the placement's nodes in every NVLink domain (Slurm
+    puts each segment in one block); ``ArnoldError`` naming the domain and the fix if not."""
+    try:
+        size = int(given)
+    except ValueError:
+        raise ArnoldError(f"--segment {given!r}: give a whole number of nodes") from None
+    if size < 1:
+        raise ArnoldError(f"--segment {given!r}: give a whole number of nodes")
+    per_domain: dict[str, int] = {}
+    for node in placement.nodes():
+        key = topology.group_of(node)
+        per_domain[key] = per_domain.get(key, 0) + 1
+    for domain, count in per_domain.items():
+        if count % size:
+            raise ArnoldError(
+                f"--segment {size}: the placement puts {count} nodes in NVLink domain "
+                f"{domain}, not a whole number of {size}-node segments; drop --segment "
+                f"(arnold-sbatch then passes --segment={fitting}, which fits)")
 
 
 def _slurm_alone(view: ClusterView, free: set[str] | None, job: JobShape,
