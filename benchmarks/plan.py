@@ -137,7 +137,7 @@ def markdown(rows: list[dict[str, Any]], speeds: list[dict[str, Any]], command: 
     for key, what in (("evaluate_error", "with FlashAttention (the default)"),
                       ("evaluate_eager_error", "with `--attention eager`, as the runs were made")):
         within = sum(abs(r[key]) <= 0.10 for r in rows)
-        lines += ["", f"`--evaluate` given only the model, GPUs, batch and TP and PP, {what}: "
+        lines += ["", f"`--evaluate` given only the model, GPUs, batch, TP and PP, {what}: "
                   f"{within} of {len(rows)} rows within 10%, largest error "
                   f"{max((abs(r[key]) for r in rows), default=0.0):.1%} (target: every row "
                   "within 10%). It chooses recomputation, micro-batch, ZeRO, interleaving and "
