@@ -258,14 +258,6 @@ def _tree_conf(doc: dict[str, Any], source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def domain_count(topology: Topology) -> int:
-    """How many NVLink domains (nodes without one count as their own)."""
-    if not topology.domains:
-        return len(topology.nodes)
-    return len(set(topology.domains.values())) + sum(
-        1 for n in topology.nodes if n not in topology.domains)
-
-
 def tiers(topology: Topology) -> list[str]:
     """Names of the positions of ``Topology.path_of``: nearest tier first, the top last (the
     leaf is the NVLink domain itself when the tree was built from blocks)."""

@@ -243,17 +243,20 @@ def test_place_json_reports_spreads_per_tier(tmp_path: Path) -> None:
 
 def test_a_users_segment_must_split_the_placement_in_every_domain() -> None:
     from slurm_arnold.errors import ArnoldError
-    from slurm_arnold.submit.flow import check_segment, segment_size
+    from slurm_arnold.submit.flow import segment_args
 
     topo = parse_topology_yaml(YAML)
     # Three TP groups of two nodes: 4 nodes in one domain and 2 in another at best.
     free = [f"gb{i:03d}" for i in (1, 2, 3, 4, 10, 11)]
     placement = place(topo, free, JobShape(tp=8, pp=1, dp=3, gpus_per_node=4), algo="mip",
                       alpha=0.5)
-    assert segment_size(placement, topo) == 2
-    check_segment("2", placement, topo, 2)  # fits
-    with pytest.raises(ArnoldError, match=r"--segment 4: the placement puts 2 nodes in NVLink "
-                                          r"domain d2.*passes --segment=2"):
-        check_segment("4", placement, topo, 2)
-    with pytest.raises(ArnoldError, match="whole number"):
-        check_segment("two", placement, topo, 2)
+    assert segment_args(placement, topo, None) == ["--segment=2"]
+    assert segment_args(placement, topo, 2) == []  # the user's fits: passed on untouched
+    for bad in (4, 0):
+        with pytest.raises(ArnoldError, match=rf"--segment {bad}: the placement puts \d nodes "
+                                              r"in NVLink domain d\d.*passes --segment=2"):
+            segment_args(placement, topo, bad)
+    # No domains (topology/tree): no segment at all.
+    tree_only = parse_topology_yaml(YAML[:YAML.index("- topology: nvl")])
+    assert segment_args(place(tree_only, free, JobShape(tp=8, pp=1, dp=3, gpus_per_node=4),
+                              algo="mip", alpha=0.5), tree_only, None) == []

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurm_arnold.blocks import tiers
 from slurm_arnold.placement.job import JobShape
 from slurm_arnold.topology import Topology
 
@@ -74,18 +76,24 @@ class Placement:
 def measure(cells: Mapping[Cell, Sequence[str]], job: JobShape, topology: Topology,
             alpha: float) -> Metrics:
     """Spreads of a cell map: DP group = a row (one stage), PP group = a column (one replica)."""
+    dp_spread, pp_spread, used = _spreads(cells, topology.minipod_of)
+    return Metrics(dp_spread, pp_spread,
+                   round(alpha * dp_spread + (1 - alpha) * pp_spread, 6), used)
+
+
+def _spreads(cells: Mapping[Cell, Sequence[str]],
+             where: Callable[[str], str]) -> tuple[int, int, int]:
+    """(worst DP spread, worst PP spread, places used): distinct ``where(node)`` per group."""
     rows: dict[int, set[str]] = {}
     cols: dict[int, set[str]] = {}
     used: set[str] = set()
     for (pp, col), nodes in cells.items():
-        pods = {topology.minipod_of(n) for n in nodes}
-        rows.setdefault(pp, set()).update(pods)
-        cols.setdefault(col, set()).update(pods)
-        used |= pods
-    dp_spread = max((len(s) for s in rows.values()), default=0)
-    pp_spread = max((len(s) for s in cols.values()), default=0)
-    return Metrics(dp_spread, pp_spread,
-                   round(alpha * dp_spread + (1 - alpha) * pp_spread, 6), len(used))
+        places = {where(n) for n in nodes}
+        rows.setdefault(pp, set()).update(places)
+        cols.setdefault(col, set()).update(places)
+        used |= places
+    return (max((len(v) for v in rows.values()), default=0),
+            max((len(v) for v in cols.values()), default=0), len(used))
 
 
 def spreads_per_tier(cells: Mapping[Cell, Sequence[str]],
@@ -94,29 +102,20 @@ def spreads_per_tier(cells: Mapping[Cell, Sequence[str]],
     first where the topology has domains, then each position of ``Topology.path_of``): how
     many distinct domains, leaves, ..., switches each group touches, at worst. The minipod
     tier's pair is the objective's (``measure``)."""
-    from slurm_arnold.blocks import tiers
-
     names = tiers(topology)
-    getters: list[tuple[str, Any]] = []
+    getters: list[tuple[str, Callable[[str], str]]] = []
     if topology.domains and names[0] != "nvlink domain":
         getters.append(("nvlink domain", lambda n: topology.domains.get(n, n)))
     for k, name in enumerate(names):
-        getters.append((name, lambda n, k=k: _at(topology, n, k)))
+        getters.append((name, functools.partial(_at, topology, k=k)))
     out = []
     for name, where in getters:
-        rows: dict[int, set[str]] = {}
-        cols: dict[int, set[str]] = {}
-        for (pp, col), nodes in cells.items():
-            places = {where(n) for n in nodes}
-            rows.setdefault(pp, set()).update(places)
-            cols.setdefault(col, set()).update(places)
-        out.append({"tier": name,
-                    "max_dp_spread": max((len(v) for v in rows.values()), default=0),
-                    "max_pp_spread": max((len(v) for v in cols.values()), default=0)})
+        dp_spread, pp_spread, _ = _spreads(cells, where)
+        out.append({"tier": name, "max_dp_spread": dp_spread, "max_pp_spread": pp_spread})
     return out
 
 
-def _at(topology: Topology, node: str, k: int) -> str:
+def _at(topology: Topology, node: str, *, k: int) -> str:
     path = topology.path_of(node)
     return path[min(k, len(path) - 1)]
 

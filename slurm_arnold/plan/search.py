@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from site_config.settings import NetworkTiers
-from slurm_arnold.errors import InfeasibleError
+from slurm_arnold.errors import ArnoldError, InfeasibleError
 from slurm_arnold.plan.catalog import GpuSpec, ModelSpec
 from slurm_arnold.plan.cost import (
     LEAF_NODES,
@@ -250,19 +250,29 @@ def evaluate_best(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, fixed: 
     }
     free = [f for f in CHOOSABLE if f not in given]
     best: tuple[tuple[bool, float], Layout, Estimate] | None = None
+    refusal: ArnoldError | None = None
     for values in itertools.product(*(options[f] for f in free)):
         lay = replace(fixed, **dict(zip(free, values, strict=True)))
-        if not lay.stages and model.layers % lay.pp:
-            lay = replace(lay, stages=evaluate_cut(model, gpu, network, lay, global_batch,
-                                                   gpus_per_node=gpus_per_node,
-                                                   leaf_nodes=leaf_nodes,
-                                                   efficiency=efficiency))
-        est = estimate(model, gpu, network, lay, global_batch, gpus_per_node=gpus_per_node,
-                       leaf_nodes=leaf_nodes, efficiency=efficiency)
+        try:
+            if not lay.stages and model.layers % lay.pp:
+                lay = replace(lay, stages=evaluate_cut(model, gpu, network, lay, global_batch,
+                                                       gpus_per_node=gpus_per_node,
+                                                       leaf_nodes=leaf_nodes,
+                                                       efficiency=efficiency))
+            est = estimate(model, gpu, network, lay, global_batch,
+                           gpus_per_node=gpus_per_node, leaf_nodes=leaf_nodes,
+                           efficiency=efficiency)
+        except ArnoldError as exc:
+            # e.g. a chosen interleaving the dynamic program's cut leaves a stage too short
+            # for: that combination is not a layout of the job; the others may be.
+            refusal = exc
+            continue
         key = (not est.fits, est.step_seconds)
         if best is None or key < best[0]:
             best = (key, lay, est)
-    assert best is not None  # the product has at least the empty combination
+    if best is None:
+        assert refusal is not None  # the product has at least the empty combination
+        raise refusal
     return best[1], best[2], free
 
 

@@ -19,6 +19,7 @@ import secrets
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -373,6 +374,8 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
                 return _run_sbatch(_plain_argv(request), request, out, None)
             job, algo, queued = short.job, short.algo, True
             placement = plan_queued(config, slurm, short)
+        segment = segment_args(placement, view.topology,
+                               _int_option(request.sbatch.get("segment"), "--segment"))
         placement_id = secrets.token_hex(8)
         rankfile, hostfile = write_files(rank_dir, placement, placement_id, order)
         log.info("%s %s (%s): DP spread %d, PP spread %d minipods; placement %s",
@@ -385,13 +388,7 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
         extra = [f"--nodelist={hostlist.collect_hostlist(placement.nodes())}"]
         if request.sbatch.get("nodes") is None:
             extra.append(f"--nodes={job.nodes}")
-        if view.topology.domains:
-            fitting = segment_size(placement, view.topology)
-            given = request.sbatch.get("segment")
-            if given is None:
-                extra.append(f"--segment={fitting}")
-            else:
-                check_segment(given, placement, view.topology, fitting)
+        extra += segment
         # ARNOLD_HOSTFILE says SLURM_HOSTFILE is ours: where the job runs on other nodes
         # (requeued, moved) the SPANK plugin points srun at the admin side's host file.
         env = {"ARNOLD_RANKFILE": str(rankfile), "SLURM_HOSTFILE": str(hostfile),
@@ -434,38 +431,27 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
     return code
 
 
-def segment_size(placement: Placement, topology: Topology) -> int:
-    """The ``--segment`` that lets Slurm's block plugin take the placement as it is: the
-    largest size that splits the nodes the placement uses in each NVLink domain (a whole
-    number of TP groups each, so at least one TP group). Without it the plugin refuses a job
-    no larger than a block that spans two blocks ("Requested node configuration is not
-    available", measured on Slurm 26.05)."""
-    per_domain: dict[str, int] = {}
-    for node in placement.nodes():
-        key = topology.group_of(node)
-        per_domain[key] = per_domain.get(key, 0) + 1
-    return math.gcd(*per_domain.values())
+def segment_args(placement: Placement, topology: Topology, given: int | None) -> list[str]:
+    """The ``--segment`` sbatch needs on a partition of NVLink domains (none elsewhere).
 
-
-def check_segment(given: str, placement: Placement, topology: Topology, fitting: int) -> None:
-    """A user's ``--segment`` must split the placement's nodes in every NVLink domain (Slurm
-    puts each segment in one block); ``ArnoldError`` naming the domain and the fix if not."""
-    try:
-        size = int(given)
-    except ValueError:
-        raise ArnoldError(f"--segment {given!r}: give a whole number of nodes") from None
-    if size < 1:
-        raise ArnoldError(f"--segment {given!r}: give a whole number of nodes")
-    per_domain: dict[str, int] = {}
-    for node in placement.nodes():
-        key = topology.group_of(node)
-        per_domain[key] = per_domain.get(key, 0) + 1
+    Without one Slurm's block plugin refuses a job no larger than a block that spans two
+    blocks ("Requested node configuration is not available", measured on Slurm 26.05); we
+    pass the largest size that splits the placement's nodes in every domain (whole TP groups,
+    so at least one). A user's own ``given`` size must split them too (Slurm puts each segment
+    in one block): ``ArnoldError`` naming the domain and the size that fits if not."""
+    if not topology.domains:
+        return []
+    per_domain = Counter(topology.group_of(node) for node in placement.nodes())
+    fitting = math.gcd(*per_domain.values())
+    if given is None:
+        return [f"--segment={fitting}"]
     for domain, count in per_domain.items():
-        if count % size:
+        if given < 1 or count % given:
             raise ArnoldError(
-                f"--segment {size}: the placement puts {count} nodes in NVLink domain "
-                f"{domain}, not a whole number of {size}-node segments; drop --segment "
+                f"--segment {given}: the placement puts {count} nodes in NVLink domain "
+                f"{domain}, not a whole number of {given}-node segments; drop --segment "
                 f"(arnold-sbatch then passes --segment={fitting}, which fits)")
+    return []
 
 
 def _slurm_alone(view: ClusterView, free: set[str] | None, job: JobShape,
