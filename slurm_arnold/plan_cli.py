@@ -18,12 +18,11 @@ log = logging.getLogger("arnold.plan")
 
 
 @click.command("plan")
-@click.option("--model", "model_name", required=True,
+@click.option("--model", "model_name",
               help="A catalogue model (gpt-1.7b ... gpt-1008b, gpt3-175b, llama2-7b, "
                    "llama3-70b, llama3-405b, mixtral-8x7b, bert-large) or a TOML file.")
-@click.option("--gpus", type=click.IntRange(min=1), required=True, help="GPUs of the job.")
-@click.option("--global-batch", type=click.IntRange(min=1), required=True,
-              help="Sequences per iteration.")
+@click.option("--gpus", type=click.IntRange(min=1), help="GPUs of the job.")
+@click.option("--global-batch", type=click.IntRange(min=1), help="Sequences per iteration.")
 @click.option("--seq", type=click.IntRange(min=1), help="Sequence length (default: the model's).")
 @click.option("--gpu", "gpu_name", default="h100-80g", show_default=True,
               help="a100-80g, h100-80g, h200, or a TOML file.")
@@ -59,12 +58,17 @@ log = logging.getLogger("arnold.plan")
               show_default=True, help="How the ranks fill nodes and leaves (--evaluate).")
 @click.option("--explain", is_flag=True,
               help="Also say where the step's time goes and what the network is taken to be.")
+@click.option("--nest-input", "nest_input", type=click.Path(dir_okay=False),
+              help="NEST's solver input (the JSON its nest.py writes): search it on NEST's own "
+                   "costs and report the layout and time per batch in NEST's units. Needs no "
+                   "other option.")
 @json_option()
-def plan(model_name: str, gpus: int, global_batch: int, seq: int | None, gpu_name: str,
-         gpus_per_node: int, topology_file: str | None, evaluate: bool, tp: int | None,
+def plan(model_name: str | None, gpus: int | None, global_batch: int | None,
+         seq: int | None, gpu_name: str, gpus_per_node: int, topology_file: str | None,
+         evaluate: bool, tp: int | None,
          pp: int | None, dp: int | None, cp: int, ep: int, micro_batch: int, zero: int,
          recompute: str, interleave: int, stages_text: str | None, attention: str,
-         rank_order: str, explain: bool, as_json: bool) -> None:
+         rank_order: str, explain: bool, nest_input: str | None, as_json: bool) -> None:
     """The fastest TP/PP/DP/CP/EP, rank order, stage cut, ZeRO stage, recomputation and
     micro-batch that fit (exact over its space: NEST's dynamic program for the cut, priced by the
     cost model in slurm_arnold/plan/cost.py); or, with --evaluate, what a given layout costs."""
@@ -72,6 +76,21 @@ def plan(model_name: str, gpus: int, global_batch: int, seq: int | None, gpu_nam
     from slurm_arnold.plan.cost import Layout
     from slurm_arnold.plan.search import CHOOSABLE, evaluate_best, plan_json, search, why
 
+    ctx = click.get_current_context()
+    if nest_input is not None:
+        extra = [param.opts[0] for param in ctx.command.params
+                 if param.name not in ("nest_input", "as_json") and param.name is not None
+                 and ctx.get_parameter_source(param.name) != ParameterSource.DEFAULT]
+        if extra:
+            raise click.UsageError(f"--nest-input takes everything from the file; drop "
+                                   f"{', '.join(extra)}")
+        _plan_nest(nest_input, as_json)
+        return
+    for value, flag in ((model_name, "--model"), (gpus, "--gpus"),
+                        (global_batch, "--global-batch")):
+        if value is None:
+            raise click.UsageError(f"Missing option '{flag}' (or give --nest-input FILE)")
+    assert model_name is not None and gpus is not None and global_batch is not None
     model = load_model(model_name)
     if seq is not None:
         model = dataclasses.replace(model, seq_len=seq)
@@ -91,7 +110,6 @@ def plan(model_name: str, gpus: int, global_batch: int, seq: int | None, gpu_nam
                               f" GPUs, not --gpus {gpus}; fix --dp or --gpus")
         cut_from = "given" if layout.stages else "equal" if model.layers % pp == 0 \
             else "dynamic program"
-        ctx = click.get_current_context()
         option_of = {"recompute": "recompute", "micro_batch": "micro_batch", "zero": "zero",
                      "interleave": "interleave", "order": "rank_order"}
         given = {f for f in CHOOSABLE
@@ -149,6 +167,28 @@ def plan(model_name: str, gpus: int, global_batch: int, seq: int | None, gpu_nam
                    + (f" CP {alt['cp']}" if alt["cp"] > 1 else "")
                    + (f" EP {alt['ep']}" if alt["ep"] > 1 else "")
                    + f" {alt['rank_order']}: {alt['step_seconds']} s ({alt['slower_by']})")
+
+
+def _plan_nest(path: str, as_json: bool) -> None:
+    """``--nest-input``: NEST's own instance searched on NEST's own costs."""
+    from slurm_arnold.plan.nest_input import plan_doc, read_nest_input, search_nest
+
+    inst = read_nest_input(path)
+    doc = plan_doc(inst, search_nest(inst))
+    if as_json:
+        click.echo(json.dumps(doc))
+        return
+    click.echo(f"NEST instance {path}: TP {doc['tp']} x PP {doc['pp']} x DP {doc['dp']}"
+               + (f" x EP {doc['ep']}" if doc["ep"] > 1 else "")
+               + (f" x CP {doc['cp']}" if doc["cp"] > 1 else "")
+               + f" on {doc['devices_used']} of {doc['max_devices']} devices")
+    click.echo(f"  time per batch {doc['finalTimePerBatch']:,.1f} in NEST's units (its "
+               f"estimator's per-layer latencies); slowest stage {doc['bottleneck']:,.2f}")
+    click.echo(f"  nodes per stage: {','.join(map(str, doc['nodes_per_stage']))} "
+               f"(first stage: nodes {doc['stages'][0]['nodes'][0]}.."
+               f"{doc['stages'][0]['nodes'][-1]})")
+    click.echo(f"  searched TP widths {','.join(map(str, doc['tp_widths']))}, "
+               f"{doc['layouts_priced']} layouts priced in full, {doc['search_seconds']} s")
 
 
 def _leaf_nodes(topology_file: str | None, minipod_level: int) -> tuple[int, str]:
