@@ -76,6 +76,56 @@ def llama_405b() -> dict[str, Any]:
             "gib": est.memory_gib_per_gpu, "fits": est.fits}
 
 
+def nest_instances(directory: Path) -> list[dict[str, Any]]:
+    """Each NEST instance in ``directory`` that has NEST's own result beside it
+    (``NAME.json`` and ``NAME.nest-result.json``): our search on NEST's costs, NEST's layout
+    priced by us (the check that the costs are NEST's), and both times. Search seconds are the
+    median of 3 in this process; the command's wall time (process start included) beside it."""
+    import json
+    import statistics
+    import subprocess
+    import sys
+
+    from slurm_arnold.plan.nest_input import NestLayout, price, read_nest_input, search_nest
+
+    rows = []
+    for path in sorted(directory.glob("*.json")):
+        result_path = path.with_name(path.stem + ".nest-result.json")
+        if path.name.endswith(".nest-result.json") or not result_path.exists():
+            continue
+        nest = json.loads(result_path.read_text())
+        inst = read_nest_input(path)
+        plans = [search_nest(inst) for _ in range(3)]
+        plan = plans[0]
+        g = inst.graphs[nest["tensorParallelDegree"]]
+        position = {node: k for k, node in enumerate(g.ids)}
+        cuts = (0, *(position[st["nodes"][-1]] + 1 for st in nest["stages"]))
+        nest_layout = NestLayout(nest["tensorParallelDegree"], nest["dataParallelDegree"], cuts,
+                                 nest["stages"][0]["devicesForStage"])
+        started = time.perf_counter()
+        arnold = Path(sys.executable).with_name("arnold")
+        subprocess.run([str(arnold) if arnold.exists() else "arnold", "plan", "--nest-input",
+                        str(path), "--json"], check=True, capture_output=True)
+        wall = time.perf_counter() - started
+        lay = plan.layout
+        rows.append({
+            "instance": path.name, "devices": inst.max_devices, "tp_widths": sorted(inst.graphs),
+            "nodes": max(gr.size for gr in inst.graphs.values()),
+            "ours": {"tp": lay.tp, "pp": lay.pp, "dp": lay.dp,
+                     "nodes_per_stage": [b - a for a, b in zip(lay.cuts, lay.cuts[1:])],
+                     "finalTimePerBatch": plan.time_per_batch,
+                     "search_seconds": statistics.median(p.search_seconds for p in plans),
+                     "command_seconds": wall},
+            "nest": {"tp": nest["tensorParallelDegree"], "pp": len(nest["stages"]),
+                     "dp": nest["dataParallelDegree"],
+                     "nodes_per_stage": [len(st["nodes"]) for st in nest["stages"]],
+                     "finalTimePerBatch": nest["finalTimePerBatch"],
+                     "priced_by_us": price(inst, nest_layout)[0],
+                     "baselines": nest.get("baselineResults", {})},
+        })
+    return rows
+
+
 def describe(lay: Layout) -> str:
     """A layout in one short line."""
     extra = (f" CP{lay.cp}" if lay.cp > 1 else "") + (f" EP{lay.ep}" if lay.ep > 1 else "")
@@ -108,8 +158,38 @@ def speed(quick: bool = False) -> list[dict[str, Any]]:
     return out
 
 
+def nest_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """The NEST paragraph and table of the docs section."""
+    if not rows:
+        return ["", "NEST's own instances: none found (`--nest-dir`), nothing compared."]
+    lines = ["", "NEST's own instances (`arnold plan --nest-input`, issue 25): NEST's solver input "
+             "as its `nest.py` wrote it, searched on NEST's costs (docs/plan.md says which of its "
+             "semantics are followed); NEST's figures from its own program's output beside it. "
+             "`priced by us` is NEST's layout priced by our code: equal to NEST's number means "
+             "the costs are NEST's. NEST's binary time is the instance README's (0.73 s, a "
+             "2-core machine); ours is the search's median of 3 and the whole command's wall "
+             "time, process start included.", "",
+             "| instance | devices | ours: layout | ours: time per batch | NEST: layout | "
+             "NEST: time per batch | NEST's layout priced by us | ours / NEST | "
+             "our search s | `arnold plan` wall s | NEST's baselines |", "|" + "---|" * 11]
+    for r in rows:
+        o, n = r["ours"], r["nest"]
+        base = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(n["baselines"].items())
+                         if v is not None)
+        lines.append(
+            f"| {r['instance']} | {r['devices']} | TP{o['tp']} PP{o['pp']} DP{o['dp']} "
+            f"({','.join(map(str, o['nodes_per_stage']))}) | **{o['finalTimePerBatch']:,.1f}** | "
+            f"TP{n['tp']} PP{n['pp']} DP{n['dp']} ({','.join(map(str, n['nodes_per_stage']))})"
+            f" | {n['finalTimePerBatch']:,.1f} | {n['priced_by_us']:,.1f}"
+            f"{' (equal)' if n['priced_by_us'] == n['finalTimePerBatch'] else ''} | "
+            f"x{o['finalTimePerBatch'] / n['finalTimePerBatch']:.6f} | "
+            f"{o['search_seconds']:.4f} | {o['command_seconds']:.2f} | {base} |")
+    return lines
+
+
 def markdown(rows: list[dict[str, Any]], speeds: list[dict[str, Any]], command: str,
-             llama: dict[str, Any] | None = None) -> str:
+             llama: dict[str, Any] | None = None,
+             nest: list[dict[str, Any]] | None = None) -> str:
     """The docs section."""
     lines = ["## Planner: Megatron-LM Table 1 and search time", "",
              f"Command: `{command}`. A100: matrix multiplications at {EFFICIENCY['a100-80g']} "
@@ -172,4 +252,6 @@ def markdown(rows: list[dict[str, Any]], speeds: list[dict[str, Any]], command: 
                      f": < {target:g} s) | {s['layout']} | {s['step_seconds']:.3f} | "
                      + (f"{eq:.3f} | x{s['step_seconds'] / eq:.3f} |" if eq is not None
                         else "nothing fits | - |"))
+    if nest is not None:
+        lines += nest_markdown(nest)
     return "\n".join(lines)

@@ -452,22 +452,29 @@ def bench_mapping(quick: bool, live: bool, docs: str, as_json: bool) -> None:
 @click.option("--reference", type=click.Path(dir_okay=False),
               default="../shared/data/reference/megatron-sc21-table1.csv", show_default=True,
               help="Megatron-LM's Table 1 as CSV.")
+@click.option("--nest-dir", type=click.Path(file_okay=False),
+              default="../shared/data/reference/nest", show_default=True,
+              help="NEST instances (NAME.json) with NEST's results (NAME.nest-result.json).")
 @docs_option
 @json_option()
-def bench_plan(quick: bool, reference: str, docs: str, as_json: bool) -> None:
-    """The planner's cost model against Megatron-LM's Table 1, and its search time."""
+def bench_plan(quick: bool, reference: str, nest_dir: str, docs: str, as_json: bool) -> None:
+    """The planner's cost model against Megatron-LM's Table 1, its search time, and its search
+    on NEST's own instances against NEST's."""
     from benchmarks.placement import write_section
-    from benchmarks.plan import llama_405b, markdown, speed, table1
+    from benchmarks.plan import llama_405b, markdown, nest_instances, speed, table1
 
     if not Path(reference).exists():
         raise ArnoldError(f"no reference table at {reference}; pass --reference FILE")
     rows = table1(Path(reference))
     speeds = speed(quick)
     llama = llama_405b()
+    nest = nest_instances(Path(nest_dir)) if Path(nest_dir).is_dir() else []
     if not quick:
-        write_section(Path(docs), "plan", markdown(rows, speeds, "arnold bench plan", llama))
+        write_section(Path(docs), "plan", markdown(rows, speeds, "arnold bench plan", llama,
+                                                   nest))
     if as_json:
-        click.echo(json.dumps({"table1": rows, "speed": speeds, "llama3_405b": llama}))
+        click.echo(json.dumps({"table1": rows, "speed": speeds, "llama3_405b": llama,
+                               "nest": nest}))
         return
     for r in rows:
         click.echo(f"{r['model']}: published {r['published_tflops']:.0f}, predicted "
@@ -475,6 +482,10 @@ def bench_plan(quick: bool, reference: str, docs: str, as_json: bool) -> None:
                    f"{r['planned_layout']} {r['planned_tflops']:.1f}")
     for sp in speeds:
         click.echo(f"search {sp['model']} on {sp['gpus']} GPUs: {sp['seconds']:.3f} s")
+    for nr in nest:
+        click.echo(f"NEST {nr['instance']}: ours {nr['ours']['finalTimePerBatch']:,.1f} in "
+                   f"{nr['ours']['search_seconds']:.4f} s, NEST's "
+                   f"{nr['nest']['finalTimePerBatch']:,.1f}")
 
 
 

@@ -186,6 +186,12 @@ def test_bench_plan_quick(isolated_config: Path) -> None:
     doc = json.loads(out.output)
     assert len(doc["table1"]) == 10 and len(doc["speed"]) == 2
     assert all(abs(r["error"]) <= 0.15 for r in doc["table1"])
+    nest_dir = TABLE.parent / "nest"
+    if nest_dir.is_dir():
+        assert doc["nest"], "the shared NEST instance was not compared"
+        for row in doc["nest"]:
+            assert row["ours"]["finalTimePerBatch"] <= row["nest"]["finalTimePerBatch"]
+            assert row["nest"]["priced_by_us"] == row["nest"]["finalTimePerBatch"]
 
 
 # NEST's dynamic program (slurm_arnold/plan/nest.py)
