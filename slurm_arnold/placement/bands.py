@@ -12,9 +12,19 @@ Band sizes are chosen greedily, largest first: the biggest band the remaining mi
 still hold. Minipods for a band are picked best-fit (one minipod if one can hold the band,
 the tightest such; otherwise the roomiest ones). It is fast and often reaches the lower bound,
 so the solver is left with the cases it cannot settle.
+
+``exact_band_layout`` is the thorough version, for a box the count model leaves open: for each
+way to split the stages into at most b bands (most even first), a small MIP chooses every
+band's minipods and pipelines together (a generalised assignment: which of at most a minipods,
+how many pipelines each, minipods shared between bands by capacity), so a band is never
+starved by a greedy choice made for an earlier one. The same for pipeline bands where the
+pipelines have few splits. SCIP's node limits bound its work, so the answer does not depend
+on the machine's load.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 
 def _pick(avail: dict[str, int], band: int, span: int, limit: int) -> dict[str, int] | None:
@@ -98,3 +108,117 @@ def _fill(bands: list[tuple[int, dict[str, int]]], stages: int, columns: int,
             across += width
         start += size
     return layout
+
+
+#: Splits of the lines into bands tried by ``exact_band_layout`` (most even first), and the
+#: SCIP nodes each split's assignment may take; past them a box is left open.
+EXACT_SPLITS = 40
+EXACT_NODES_PER_SPLIT = 300
+EXACT_NODES = 1500
+
+
+def splits(total: int, parts: int, limit: int) -> list[tuple[int, ...]] | None:
+    """The ways to write ``total`` as at most ``parts`` positive band sizes (non-increasing),
+    most even first; ``None`` when there are more than ``limit`` of them (too many to try)."""
+    found: list[tuple[int, ...]] = []
+
+    def walk(left: int, room: int, largest: int) -> Iterator[tuple[int, ...]]:
+        if left == 0:
+            yield ()
+            return
+        if room == 0:
+            return
+        for first in range(min(left, largest), 0, -1):
+            if first * room < left:
+                break
+            for rest in walk(left - first, room - 1, first):
+                yield (first, *rest)
+
+    for split in walk(total, min(parts, total), total):
+        found.append(split)
+        if len(found) > limit:
+            return None
+    return sorted(found, key=lambda sizes: (sizes[0] - sizes[-1], len(sizes)))
+
+
+def exact_band_layout(caps: dict[str, int], stages: int, columns: int, a: int, b: int, *,
+                      max_splits: int = EXACT_SPLITS, node_budget: int = EXACT_NODES
+                      ) -> list[list[str]] | None:
+    """A layout with DP spread <= a and PP spread <= b built from bands, each band's minipods
+    chosen exactly for one split of the lines into bands; ``None`` when no split tried within
+    the node budget has one (which proves nothing: other layouts than bands may exist)."""
+    budget = [node_budget]
+    for thick, span, per_band, max_bands, transpose in (
+            (stages, columns, a, b, False), (columns, stages, b, a, True)):
+        options = splits(thick, max_bands, 50 * max_splits)
+        if options is None:
+            continue
+        tried = 0
+        for sizes in options:
+            if tried == max_splits or budget[0] <= 0:
+                break
+            if not _each_band_fits(caps, sizes, span, per_band):
+                continue
+            tried += 1
+            bands = _assign_bands(caps, sizes, span, per_band, budget)
+            if bands is not None:
+                return _fill(bands, stages, columns, transpose=transpose)
+    return None
+
+
+def _each_band_fits(caps: dict[str, int], sizes: tuple[int, ...], span: int,
+                    per_band: int) -> bool:
+    """Whether every band alone finds its ``span`` lines in its best ``per_band`` minipods."""
+    for size in set(sizes):
+        lines = sorted((min(span, cap // size) for cap in caps.values()), reverse=True)
+        if sum(lines[:per_band]) < span:
+            return False
+    return True
+
+
+def _assign_bands(caps: dict[str, int], sizes: tuple[int, ...], span: int, per_band: int,
+                  budget: list[int]) -> list[tuple[int, dict[str, int]]] | None:
+    """Minipods and lines for bands of the given sizes (SCIP, within ``budget[0]`` nodes,
+    which it spends)."""
+    from pyscipopt import Model, quicksum
+
+    from slurm_arnold.placement.mip import SCIP_SEED
+
+    pods = list(caps)
+    bands = range(len(sizes))
+    m = Model("arnold-bands")
+    m.hideOutput()
+    use = {(g, p): m.addVar(f"use[{g},{p}]", vtype="B") for g in bands for p in pods}
+    lines = {(g, p): m.addVar(f"lines[{g},{p}]", vtype="I", lb=0,
+                              ub=min(span, caps[p] // sizes[g])) for g in bands for p in pods}
+    for g in bands:
+        m.addCons(quicksum(use[g, p] for p in pods) <= per_band, name=f"BandSpread({g})")
+        m.addCons(quicksum(lines[g, p] for p in pods) == span, name=f"BandComplete({g})")
+        # Implied by the two families around it, but it tells the LP which minipods must be
+        # used together: on the bench's hard cases it finds more bands in fewer nodes.
+        m.addCons(quicksum(min(span, caps[p] // sizes[g]) * use[g, p] for p in pods) >= span,
+                  name=f"BandCover({g})")
+        for p in pods:
+            m.addCons(lines[g, p] <= min(span, caps[p] // sizes[g]) * use[g, p],
+                      name=f"BandUses({g},{p})")
+        if g + 1 < len(sizes) and sizes[g] == sizes[g + 1]:
+            # Bands of one size are interchangeable: order them by the minipods they use.
+            m.addCons(quicksum((len(pods) - i) * use[g, p] for i, p in enumerate(pods))
+                      >= quicksum((len(pods) - i) * use[g + 1, p] for i, p in enumerate(pods)),
+                      name=f"BandOrder({g})")
+    for p in pods:
+        m.addCons(quicksum(sizes[g] * lines[g, p] for g in bands) <= caps[p],
+                  name=f"Capacity({p})")
+    m.setParam("limits/nodes", min(EXACT_NODES_PER_SPLIT, budget[0]))
+    m.setParam("limits/solutions", 1)
+    m.setParam("randomization/randomseedshift", SCIP_SEED)
+    m.optimize()
+    budget[0] -= max(1, m.getNNodes())
+    if m.getNSols() == 0:
+        return None
+    sol = m.getBestSol()
+    out = []
+    for g in bands:
+        picked = {p: round(m.getSolVal(sol, lines[g, p])) for p in pods}
+        out.append((sizes[g], {p: k for p, k in picked.items() if k > 0}))
+    return out

@@ -63,14 +63,16 @@ class Placement:
         """The ``arnold place --json`` object. For the MIP also the proof: ``dual_bound`` (no
         placement has a smaller weighted spread), ``status`` (optimal or gap), ``proved_by``
         (how many spread boxes below the answer each argument ruled out), ``open_box`` (the
-        cheapest box nothing decided, where the bound comes from; null when optimal) and
-        ``stopped`` (proven, node limit, stalled or time limit). Null for the baselines."""
+        cheapest box nothing decided, where the bound comes from; null when optimal),
+        ``stopped`` (proven, node limit, stalled or time limit) and ``found_by`` (what built
+        the answer: a baseline's name, ``bands``, ``bands (exact)`` or ``mip``). Null for the
+        baselines."""
         info = self.info
         return {"algo": self.algo, "assignment": self.assignment(),
                 "metrics": self.metrics.as_dict(), "solve_seconds": round(self.solve_seconds, 4),
                 "gap": self.gap, "dual_bound": self.dual_bound, "status": info.get("status"),
                 "proved_by": info.get("proved_by"), "open_box": info.get("open_box"),
-                "stopped": info.get("stopped")}
+                "stopped": info.get("stopped"), "found_by": info.get("source")}
 
 
 def measure(cells: Mapping[Cell, Sequence[str]], job: JobShape, topology: Topology,
