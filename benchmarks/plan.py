@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +113,7 @@ def nest_instances(directory: Path) -> list[dict[str, Any]]:
             "instance": path.name, "devices": inst.max_devices, "tp_widths": sorted(inst.graphs),
             "nodes": max(gr.size for gr in inst.graphs.values()),
             "ours": {"tp": lay.tp, "pp": lay.pp, "dp": lay.dp,
-                     "nodes_per_stage": [b - a for a, b in zip(lay.cuts, lay.cuts[1:])],
+                     "nodes_per_stage": [b - a for a, b in pairwise(lay.cuts)],
                      "finalTimePerBatch": plan.time_per_batch,
                      "search_seconds": statistics.median(p.search_seconds for p in plans),
                      "command_seconds": wall},

@@ -27,7 +27,7 @@ from predictor.swf import JobRecord, read_swf
 from slurm_arnold.sim.cluster import SimCluster
 from slurm_arnold.sim.engine import SimSettings, simulate
 from slurm_arnold.sim.jobs import build_workload
-from slurm_arnold.topology import parse_topology
+from slurm_arnold.topology import Topology, parse_topology
 
 #: Every predictor and mode: on KTH, the fastest log.
 RUNS: tuple[tuple[str, str, str], ...] = (
@@ -393,3 +393,87 @@ def plot(result: dict[str, list[dict[str, Any]]], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def with_blocks(topology: Topology, block_nodes: int) -> Topology:
+    """``topology`` with NVLink domains: each leaf's nodes cut, in order, into blocks of
+    ``block_nodes`` (the last block of a leaf may be smaller)."""
+    domains: dict[str, str] = {}
+    for leaf in topology.leaves():
+        nodes = topology.nodes_under(leaf)
+        for k, node in enumerate(nodes):
+            domains[node] = f"{leaf}b{k // block_nodes}"
+    return replace(topology, domains=domains, block_sizes=(block_nodes,))
+
+
+#: The runs of the domain comparison: slurm, and arnold with and without the preference.
+DOMAIN_RUNS = (("slurm", True), ("arnold", True), ("arnold", False))
+
+
+def domain_runs(data_dir: Path, logs: Sequence[str], block_nodes: int, predictor: str,
+                limit: int | None = None,
+                progress: Callable[[str], None] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Each log on its fat tree with NVLink domains of ``block_nodes`` nodes: slurm's tree-fit,
+    arnold keeping domains whole, and arnold choosing nodes as tree-fit does."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for setup in LOGS:
+        if setup.name not in logs or not (data_dir / setup.file).exists():
+            continue
+        records = read_log(data_dir, setup, limit)
+        topo = with_blocks(parse_topology(fat_tree(setup.pods, setup.leaves, setup.nodes)),
+                           block_nodes)
+        for policy, keep in DOMAIN_RUNS:
+            if progress:
+                progress(f"{setup.name} domains of {block_nodes} nodes: {policy}"
+                         + (f" keep-domains-whole={keep}" if policy == "arnold" else ""))
+            cluster = SimCluster(topo, 8)
+            workload = build_workload(records, gpus_per_node=8,
+                                      gpus_per_proc=setup.gpus_per_proc,
+                                      cluster_gpus=cluster.total_gpus, lpj_gpus=256)
+            settings = SimSettings(policy=policy,
+                                   predictor=predictor if policy == "arnold" else "requested",
+                                   keep_domains_whole=keep)
+            t0 = time.monotonic()
+            result = simulate(cluster, workload, settings)
+            result["seconds"] = round(time.monotonic() - t0, 1)
+            out.setdefault(setup.name, []).append(result)
+    return out
+
+
+def domains_markdown(result: dict[str, list[dict[str, Any]]], command: str,
+                     block_nodes: int) -> str:
+    """The docs section of the domain comparison."""
+    lines = ["## Simulator: NVLink domains kept whole", "",
+             f"Command: `{command}`. Each log's fat tree (`benchmarks/logs.py`) with every leaf "
+             f"cut into NVLink domains of {block_nodes} nodes (topology/block's blocks). arnold "
+             "keeping domains whole picks nodes of partly used domains before whole ones "
+             "(best fit among them; `SimCluster`), for every job it places; without the "
+             "preference it picks as slurm's tree-fit does. *Whole domains free* is the "
+             "time-averaged number of domains with every node free outside reservations (what "
+             "small jobs leave to large ones).", "",
+             "| log | domains | run | whole domains free (mean) | LPJ mean wait h | "
+             "LPJ p95 wait h | everyone's mean wait h | utilisation | s |",
+             "|" + "---|" * 9]
+    for log, rows in result.items():
+        for row in rows:
+            name = row["policy"] if row["policy"] == "slurm" else (
+                f"arnold/{row['predictor']} " + ("keeping domains whole" if
+                                                  row["keep_domains_whole"] else
+                                                  "without the preference"))
+            lines.append(f"| {log} | {row['domains']} | {name} | "
+                         f"{row['whole_domains_free_mean']:.2f} | {row['lpj_mean_wait_h']:.2f}"
+                         f" | {row['lpj_p95_wait_h']:.2f} | {row['mean_wait_h']:.2f} | "
+                         f"{row['utilization']:.3f} | {row['seconds']} |")
+    lines.append("")
+    for log, rows in result.items():
+        keep = next((r for r in rows if r["policy"] == "arnold" and r["keep_domains_whole"]),
+                    None)
+        plain = next((r for r in rows if r["policy"] == "arnold"
+                      and not r["keep_domains_whole"]), None)
+        if keep and plain:
+            lines.append(f"- {log}: whole domains free {plain['whole_domains_free_mean']:.2f} ->"
+                         f" {keep['whole_domains_free_mean']:.2f} with the preference; LPJ mean "
+                         f"wait {plain['lpj_mean_wait_h']:.2f} h -> "
+                         f"{keep['lpj_mean_wait_h']:.2f} h "
+                         f"(x{_ratio(keep['lpj_mean_wait_h'], plain['lpj_mean_wait_h'])}).")
+    return "\n".join(lines)

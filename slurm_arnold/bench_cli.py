@@ -168,6 +168,10 @@ def bench_predictor(quick: bool, size: int, data: str, docs: str, as_json: bool)
 @click.option("--load", type=Finite(min=0.1, max=1.0), default=1.0, show_default=True,
               help="With --variants: squeeze the logs' arrivals by this factor (0.9: a "
                    "busier queue).")
+@click.option("--domains", "block_nodes", type=click.IntRange(min=1), default=None,
+              help="Instead, cut every leaf into NVLink domains of this many nodes and compare "
+                   "arnold (requested predictor) keeping domains whole with arnold without "
+                   "the preference, and slurm, on --logs.")
 @click.option("--slurm", "on_slurm", is_flag=True,
               help="Run the comparison's or the variants' replays as a Slurm job array on "
                    "this cluster (results gathered into the same tables).")
@@ -176,8 +180,8 @@ def bench_predictor(quick: bool, size: int, data: str, docs: str, as_json: bool)
                    "be readable on the nodes).  [default: a new directory here]")
 @json_option()
 def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons: str,
-              variants: bool, load: float, on_slurm: bool, workdir: str | None,
-              as_json: bool) -> None:
+              variants: bool, load: float, block_nodes: int | None, on_slurm: bool,
+              workdir: str | None, as_json: bool) -> None:
     """slurm vs arnold with every predictor and mode on the shared logs, and replay speed."""
     from benchmarks.logs import LOGS
     from benchmarks.placement import write_section
@@ -202,6 +206,32 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
                                  f"{', '.join(LOG_NAMES)}", param_hint="--logs")
     if on_slurm and horizons:
         raise click.UsageError("--slurm runs the comparison or --variants, not --horizons")
+    if block_nodes is not None:
+        from benchmarks.sim import domain_runs, domains_markdown
+
+        if on_slurm or horizons or variants:
+            raise click.UsageError("--domains is a run of its own: drop --slurm, --horizons "
+                                   "and --variants")
+        runs = domain_runs(Path(data), names, block_nodes, "requested",
+                           limit=1000 if quick else None,
+                           progress=lambda what: click.echo(f"arnold: bench sim: {what}",
+                                                            err=True))
+        if not runs:
+            raise ArnoldError(f"no shared logs in {data}; pass --data DIR")
+        if not quick:
+            from benchmarks.placement import write_section
+
+            write_section(Path(docs), "sim-domains", domains_markdown(
+                runs, f"arnold bench sim --logs {logs} --domains {block_nodes}", block_nodes))
+        if as_json:
+            click.echo(json.dumps(runs))
+            return
+        for log, rows in runs.items():
+            for row in rows:
+                click.echo(f"{log} {row['policy']} keep={row['keep_domains_whole']}: whole "
+                           f"domains {row['whole_domains_free_mean']:.2f}, LPJ wait "
+                           f"{row['lpj_mean_wait_h']:.2f} h ({row['seconds']} s)")
+        return
 
     def say(what: str) -> None:
         click.echo(f"arnold: bench sim: {what}", err=True)

@@ -400,12 +400,15 @@ def _print_placement(result: Placement, topo: Topology) -> None:
               show_default=True, help="Hours of expected wait one unit of spread is worth.")
 @click.option("--horizon-h", type=Finite(min=0, min_open=True), default=2.0,
               show_default=True, help="Reserve only LPJs whose nodes drain within this.")
+@click.option("--keep-domains-whole/--no-keep-domains-whole", default=True, show_default=True,
+              help="On a topology with NVLink domains (blocks): arnold picks nodes of partly "
+                   "used domains before whole ones.")
 @json_option()
 def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
             gpus_per_node: int, gpus_per_proc: float, lpj_gpus: int, policy: str,
             predictor_name: str | None, mode: str, placement: str, minipod_level: int | None,
             depth: int, max_reservations: int, spread_weight_h: float, horizon_h: float,
-            as_json: bool) -> None:
+            keep_domains_whole: bool, as_json: bool) -> None:
     """Replay a job log on a fat tree under Slurm's backfill or Arnold's policy."""
     from predictor.swf import BadLine, JobRecord
     from slurm_arnold.sim.cluster import SimCluster
@@ -428,7 +431,8 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
                            predictor=predictor_name or ("model_q" if policy == "arnold"
                                                         else "requested"),
                            depth=depth, max_reservations=max_reservations,
-                           spread_weight_h=spread_weight_h, reserve_horizon_h=horizon_h)
+                           spread_weight_h=spread_weight_h, reserve_horizon_h=horizon_h,
+                           keep_domains_whole=keep_domains_whole)
     with _progress() as bar:
         task = bar.add_task(f"sim {policy}", total=len(workload.jobs))
         result = simulate(cluster, workload, settings, progress=lambda n: bar.advance(task, n))
@@ -444,7 +448,8 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
     for key in ("utilization", "mean_wait_h", "bounded_slowdown", "lpj_mean_wait_h",
                 "lpj_p95_wait_h", "lpj_mean_weighted_spread", "backfilled_in_reservations",
                 "reserved_idle_node_h", "lpj_delay_h_from_mispredictions", "killed_jobs",
-                "dropped_jobs"):
+                "dropped_jobs") + (("domains", "whole_domains_free_mean")
+                                   if result["domains"] else ()):
         table.add_row(key, str(result[key]))
     Console(soft_wrap=True).print(table)
 

@@ -409,3 +409,55 @@ def test_arrivals_scaled_squeezes_submits_and_keeps_run_times() -> None:
 def test_bench_sim_rejects_an_unknown_log() -> None:
     result = CliRunner().invoke(main, ["bench", "sim", "--logs", "KTH,Mars"])
     assert result.exit_code == 2 and "Mars" in result.output
+
+
+def _domain_cluster(keep: bool) -> SimCluster:
+    """One leaf of 8 nodes cut into two NVLink domains of 4 (n0-n3, n4-n7)."""
+    from benchmarks.sim import with_blocks
+
+    cluster = SimCluster(with_blocks(parse_topology(_tree(1, 1, 8)), 4), 8)
+    cluster.keep_domains_whole = keep
+    return cluster
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_keeping_domains_whole_packs_small_jobs_into_partly_used_domains(keep: bool) -> None:
+    cluster = _domain_cluster(keep)
+    assert cluster.n_domains == 2 and cluster.whole_domains() == 2
+    cluster.take([5], 8)  # the second domain is now partly used
+    nodes = cluster.tree_fit(cluster.whole_free(), 2)
+    node = cluster.best_fit_node(cluster.whole_free(), 2)
+    assert nodes is not None and node is not None
+    cluster.take(nodes, 8)
+    if keep:
+        assert all(cluster.domain[i] == 1 for i in nodes) and cluster.domain[node] == 1
+        assert cluster.whole_domains() == 1
+    else:  # tree-fit's order: the first nodes of the leaf, breaking the whole domain
+        assert nodes == [0, 1] and node == 0
+        assert cluster.whole_domains() == 0
+
+
+def test_sim_reports_whole_domains_and_the_preference_keeps_more() -> None:
+    """Two domains of 4 nodes. Five one-node jobs fill the first domain and one node of the
+    second; four end at once, the fifth runs on. One-node jobs then come one at a time: with
+    the preference they go to the partly used second domain and the first stays whole; tree
+    order puts them on the first domain's first node, breaking it for as long as they run."""
+    from benchmarks.sim import with_blocks
+
+    log = [_record(i, 0, 1, 10 if i < 4 else 1000, 1000) for i in range(5)]
+    log += [_record(5 + k, 20 + 20 * k, 1, 15, 100) for k in range(40)]
+    results = {}
+    for keep in (True, False):
+        cluster = SimCluster(with_blocks(parse_topology(_tree(1, 1, 8)), 4), 8)
+        workload = build_workload(log, gpus_per_node=8, gpus_per_proc=8,
+                                  cluster_gpus=cluster.total_gpus, lpj_gpus=10_000)
+        sim = Simulation(cluster, workload, SimSettings(
+            policy="arnold", predictor="oracle", placement="best-fit", keep_domains_whole=keep))
+        results[keep] = sim.run()
+        _check_conservation(sim, results[keep])
+        assert results[keep]["domains"] == 2 and results[keep]["keep_domains_whole"] is keep
+    # From t = 10 to 1000 the first domain is whole with the preference; without it, broken
+    # 15 s in every 20 s while the one-node jobs run (t = 20 .. 815).
+    assert results[True]["whole_domains_free_mean"] == pytest.approx(990 / 1000, abs=1e-3)
+    assert results[False]["whole_domains_free_mean"] == pytest.approx(
+        (990 - 40 * 15) / 1000, abs=1e-3)

@@ -2,6 +2,11 @@
 
 Arrays indexed by node (tree order) keep every whole-cluster question a numpy call, which is
 what lets a 450,000-job replay finish in minutes.
+
+Where the topology has NVLink domains (topology/block's blocks, ``Topology.domains``), the
+cluster counts the domains with every node free, and with ``keep_domains_whole`` its node
+choice prefers partly used domains (best fit among them) to whole ones inside the leaves it
+picks, as arnold's placement does, so that small jobs leave whole domains to large ones.
 """
 
 from __future__ import annotations
@@ -42,6 +47,16 @@ class SimCluster:
             parents = names
         self.free_gpus = np.full(self.n, gpus_per_node, dtype=np.int64)
         self.blocked = np.zeros(self.n, dtype=bool)  # held by a reservation
+        # NVLink domains: index per node (-1: none) and nodes per domain.
+        names_of = list(dict.fromkeys(topology.domains[n] for n in self.names
+                                      if n in topology.domains))
+        number = {d: i for i, d in enumerate(names_of)}
+        self.domain = np.array([number.get(topology.domains.get(n, ""), -1) for n in self.names],
+                               dtype=np.int64)
+        self.n_domains = len(names_of)
+        self.domain_size = np.bincount(self.domain[self.domain >= 0], minlength=self.n_domains)
+        #: Prefer partly used domains to whole ones when choosing nodes.
+        self.keep_domains_whole = False
 
     @property
     def total_gpus(self) -> int:
@@ -52,6 +67,33 @@ class SimCluster:
         """Mask of nodes with every GPU free."""
         mask: np.ndarray = self.free_gpus == self.g
         return mask
+
+    def _domain_free(self) -> np.ndarray:
+        """Whole-free nodes per domain."""
+        has = self.domain >= 0
+        counts: np.ndarray = np.bincount(self.domain[has & self.whole_free()],
+                                         minlength=self.n_domains)
+        return counts
+
+    def whole_domains(self) -> int:
+        """Domains with every node free and outside reservations (0 without domains)."""
+        if not self.n_domains:
+            return 0
+        has = (self.domain >= 0) & self.whole_free() & ~self.blocked
+        counts = np.bincount(self.domain[has], minlength=self.n_domains)
+        return int(np.count_nonzero(counts == self.domain_size))
+
+    def _domain_rank(self) -> np.ndarray | None:
+        """Per node, how much choosing it costs the domains: nodes of partly used domains first
+        (the domain with the fewest free nodes first, best fit), nodes of whole free domains
+        last; ``None`` when there is nothing to prefer."""
+        if not (self.keep_domains_whole and self.n_domains):
+            return None
+        free = self._domain_free()
+        whole = free == self.domain_size
+        per_domain = np.where(whole, self.n + free, free)
+        rank: np.ndarray = np.where(self.domain >= 0, per_domain[np.maximum(self.domain, 0)], 0)
+        return rank
 
     def take(self, nodes: Iterable[int], gpus_each: int) -> None:
         """Allocate ``gpus_each`` GPUs on each node."""
@@ -104,8 +146,11 @@ class SimCluster:
 
     def _first(self, mask: np.ndarray, leaves: Sequence[int], need: int) -> list[int]:
         out: list[int] = []
+        rank = self._domain_rank()
         for leaf in leaves:
             idx = np.flatnonzero(mask & (self.leaf == leaf))
+            if rank is not None:
+                idx = idx[np.argsort(rank[idx], kind="stable")]
             out.extend(int(i) for i in idx[: need - len(out)])
             if len(out) == need:
                 break
@@ -115,5 +160,13 @@ class SimCluster:
         """For a job smaller than a node: the candidate node with the fewest free GPUs that
         still fit (Slurm's best fit), or None."""
         room = np.where(mask & (self.free_gpus >= gpus), self.free_gpus, self.g + 1)
+        rank = self._domain_rank()
+        if rank is not None:
+            # Among equally full nodes, one of a partly used domain (fewest free first).
+            fits = room <= self.g
+            if not fits.any():
+                return None
+            key = np.where(fits, room * (2 * self.n + 1) + rank, np.iinfo(np.int64).max)
+            return int(np.argmin(key))
         i = int(np.argmin(room))
         return None if room[i] > self.g else i

@@ -78,6 +78,9 @@ class SimSettings:
     lpj_keeps_place: bool = False
     replan_gain_s: float = 600.0
     quantile: float = 0.9
+    #: Where the topology has NVLink domains: arnold chooses nodes in partly used domains before
+    #: whole ones (SimCluster), slurm's tree-fit does not. Off, arnold chooses as slurm does.
+    keep_domains_whole: bool = True
 
 
 @dataclass
@@ -142,6 +145,10 @@ class Simulation:
         self.user_active: dict[str, int] = {}
         self.memo = PlacementMemo(cluster.topology, algo=settings.placement, alpha=settings.alpha,
                                   time_limit=settings.placement_time_limit)
+        cluster.keep_domains_whole = settings.policy == "arnold" and settings.keep_domains_whole
+        # Whole free NVLink domains, integrated over time (what small jobs leave to large ones).
+        self.whole_domain_s = 0.0
+        self.whole_domains_now = 0
 
     # -- events ---------------------------------------------------------------------------
     def _push(self, t: float, kind: int, job: SimJob) -> None:
@@ -156,6 +163,7 @@ class Simulation:
         while self.events:
             t = self.events[0][0]
             self.reserved_idle_s += (t - self.now) * self.idle_reserved_now
+            self.whole_domain_s += (t - self.now) * self.whole_domains_now
             self.now = t
             while self.events and self.events[0][0] == t:
                 _, kind, _, index = heapq.heappop(self.events)
@@ -169,6 +177,8 @@ class Simulation:
                     self._submit(job)
             self._pass()
             self.idle_reserved_now = self._idle_reserved()
+            if self.c.n_domains:
+                self.whole_domains_now = self.c.whole_domains()
         unfinished = [j for j in self.jobs if j.end is None]
         if unfinished:  # pragma: no cover - a bug, not an outcome
             raise AssertionError(f"{len(unfinished)} jobs never ran (first {unfinished[0]})")
@@ -542,6 +552,10 @@ class Simulation:
             "replans": self.replans,
             "placements_solved": self.memo.misses,
             "placements_reused": self.memo.hits,
+            "domains": self.c.n_domains,
+            "whole_domains_free_mean": round(self.whole_domain_s / span, 6)
+            if self.c.n_domains else None,
+            "keep_domains_whole": self.c.keep_domains_whole,
         }
 
     def _prediction_accuracy(self) -> dict[str, float | None]:
