@@ -110,11 +110,18 @@ def _fill(bands: list[tuple[int, dict[str, int]]], stages: int, columns: int,
     return layout
 
 
-#: Splits of the lines into bands tried by ``exact_band_layout`` (most even first), and the
-#: SCIP nodes each split's assignment may take; past them a box is left open.
-EXACT_SPLITS = 40
+#: Splits of the lines into bands tried by ``exact_band_layout`` (most even first), the SCIP
+#: nodes each split's assignment may take and all of them together, and the (band, minipod)
+#: pairs of all the models built (building and the root LP cost more than the nodes on big
+#: clusters); past any of them a box is left open. On `arnold bench placement` every band
+#: layout found came from the first or second split tried, within 220 nodes and 400 pairs.
+EXACT_SPLITS = 12
 EXACT_NODES_PER_SPLIT = 300
-EXACT_NODES = 1500
+EXACT_NODES = 600
+EXACT_PAIRS = 600
+#: A split's nodes shrink with the square of its (band, minipod) pairs (a node of a bigger
+#: model costs more): 200 nodes at 200 pairs, never fewer than 20.
+EXACT_WORK = 8_000_000
 
 
 def splits(total: int, parts: int, limit: int) -> list[tuple[int, ...]] | None:
@@ -148,6 +155,7 @@ def exact_band_layout(caps: dict[str, int], stages: int, columns: int, a: int, b
     chosen exactly for one split of the lines into bands; ``None`` when no split tried within
     the node budget has one (which proves nothing: other layouts than bands may exist)."""
     budget = [node_budget]
+    pairs = 0
     for thick, span, per_band, max_bands, transpose in (
             (stages, columns, a, b, False), (columns, stages, b, a, True)):
         options = splits(thick, max_bands, 50 * max_splits)
@@ -159,6 +167,9 @@ def exact_band_layout(caps: dict[str, int], stages: int, columns: int, a: int, b
                 break
             if not _each_band_fits(caps, sizes, span, per_band):
                 continue
+            pairs += len(sizes) * len(caps)
+            if pairs > EXACT_PAIRS:
+                break
             tried += 1
             bands = _assign_bands(caps, sizes, span, per_band, budget)
             if bands is not None:
@@ -209,7 +220,8 @@ def _assign_bands(caps: dict[str, int], sizes: tuple[int, ...], span: int, per_b
     for p in pods:
         m.addCons(quicksum(sizes[g] * lines[g, p] for g in bands) <= caps[p],
                   name=f"Capacity({p})")
-    m.setParam("limits/nodes", min(EXACT_NODES_PER_SPLIT, budget[0]))
+    work_nodes = max(20, EXACT_WORK // (len(sizes) * len(pods)) ** 2)
+    m.setParam("limits/nodes", min(EXACT_NODES_PER_SPLIT, work_nodes, budget[0]))
     m.setParam("limits/solutions", 1)
     m.setParam("randomization/randomseedshift", SCIP_SEED)
     m.optimize()
