@@ -259,6 +259,10 @@ def test_exact_bands_fill_boxes_the_greedy_bands_miss(
 
 
 def test_exact_bands_are_always_valid_layouts() -> None:
+    # From a replay of KTH with NVLink domains: no band layout exists here, but SCIP 10's
+    # presolve returned one overfilling the first minipod (26 cells in 23 units).
+    assert exact_band_layout({"pod00": 23, "pod03": 9, "pod02": 6, "pod01": 3}, 4, 10, 2,
+                             2) is None
     rng = random.Random(17)
     filled = 0
     for _ in range(60):

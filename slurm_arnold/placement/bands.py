@@ -188,9 +188,10 @@ def _each_band_fits(caps: dict[str, int], sizes: tuple[int, ...], span: int,
 
 
 def _assign_bands(caps: dict[str, int], sizes: tuple[int, ...], span: int, per_band: int,
-                  budget: list[int]) -> list[tuple[int, dict[str, int]]] | None:
+                  budget: list[int], *,
+                  presolve: bool = True) -> list[tuple[int, dict[str, int]]] | None:
     """Minipods and lines for bands of the given sizes (SCIP, within ``budget[0]`` nodes,
-    which it spends)."""
+    which it spends), checked against the constraints before it is returned."""
     from pyscipopt import Model, quicksum
 
     from slurm_arnold.placement.mip import SCIP_SEED
@@ -224,6 +225,8 @@ def _assign_bands(caps: dict[str, int], sizes: tuple[int, ...], span: int, per_b
     m.setParam("limits/nodes", min(EXACT_NODES_PER_SPLIT, work_nodes, budget[0]))
     m.setParam("limits/solutions", 1)
     m.setParam("randomization/randomseedshift", SCIP_SEED)
+    if not presolve:
+        m.setParam("presolving/maxrounds", 0)
     m.optimize()
     budget[0] -= max(1, m.getNNodes())
     if m.getNSols() == 0:
@@ -233,4 +236,13 @@ def _assign_bands(caps: dict[str, int], sizes: tuple[int, ...], span: int, per_b
     for g in bands:
         picked = {p: round(m.getSolVal(sol, lines[g, p])) for p in pods}
         out.append((sizes[g], {p: k for p, k in picked.items() if k > 0}))
-    return out
+    used = {p: sum(size * picked.get(p, 0) for size, picked in out) for p in pods}
+    if all(used[p] <= caps[p] for p in pods) and all(
+            sum(picked.values()) == span and len(picked) <= per_band for _, picked in out):
+        return out
+    # SCIP 10's presolve can return a "solution" that breaks the original constraints (seen
+    # on a 4-minipod case whose true answer is infeasible: it overfilled a minipod). Never
+    # trust it: solve once more without presolving, which answers such cases correctly.
+    if presolve and budget[0] > 0:
+        return _assign_bands(caps, sizes, span, per_band, budget, presolve=False)
+    return None

@@ -214,7 +214,7 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
             # bench SCIP's count model never proved such a box empty, it only found counts).
             started = time.monotonic()
             layout = exact_band_layout(caps, job.pp, job.columns, a, b)
-            if layout is not None:
+            if layout is not None and layout_fits(layout, caps):
                 found, outcome = [cells_from_layout(layout, pool, job, alpha)], "bands"
                 record = {"a": a, "b": b, "cost": cost, "status": "bands",
                           "seconds": round(time.monotonic() - started, 3)}
@@ -296,9 +296,22 @@ def _solve_box(box: tuple[float, int, int], caps: dict[str, int], pool: Pool, jo
             record["proved_by"] = CELL_MODEL
             return [], "infeasible", record
         layouts = [exact] if exact is not None else []
+    # Solver output is checked, not trusted (SCIP 10's presolve has returned "solutions" that
+    # overfill a minipod): a layout that does not fit is dropped, never realised.
+    layouts = [lay for lay in layouts if layout_fits(lay, caps)]
     record["realised"] = bool(layouts)
     cells = [cells_from_layout(lay, pool, job, alpha) for lay in layouts]
     return cells, "found" if cells else "open", record
+
+
+def layout_fits(layout: list[list[str]], caps: dict[str, int]) -> bool:
+    """Whether every cell of a (stage, pipeline) -> minipod layout names a minipod and no
+    minipod holds more cells than it has units."""
+    used: dict[str, int] = {}
+    for row in layout:
+        for pod in row:
+            used[pod] = used.get(pod, 0) + 1
+    return all(pod in caps and n <= caps[pod] for pod, n in used.items())
 
 
 def cells_from_layout(layout: list[list[str]], pool: Pool, job: JobShape,
