@@ -177,6 +177,8 @@ def _break(doc: dict[str, Any], how: str) -> Any:
         doc["edges"]["2"].pop()
     elif how == "unknown-node":
         doc["edges"]["1"][0]["destId"] = 99
+    elif how == "list-id":
+        doc["edges"]["1"][0]["sourceId"] = [0]
     elif how == "levels-mismatch":
         doc["latency_per_level"].append(1e-4)
     elif how == "optimizer":
@@ -185,7 +187,7 @@ def _break(doc: dict[str, Any], how: str) -> Any:
 
 
 @pytest.mark.parametrize("how", ["array", "missing", "negative-latency", "string-devices",
-                                 "branching", "cycle", "widths-differ", "unknown-node",
+                                 "branching", "cycle", "widths-differ", "unknown-node", "list-id",
                                  "levels-mismatch", "optimizer", "not-json"])
 def test_bad_input_is_one_line_exit_1(tmp_path: Path, how: str) -> None:
     path = tmp_path / "instance.json"

@@ -461,3 +461,18 @@ def test_sim_reports_whole_domains_and_the_preference_keeps_more() -> None:
     assert results[True]["whole_domains_free_mean"] == pytest.approx(990 / 1000, abs=1e-3)
     assert results[False]["whole_domains_free_mean"] == pytest.approx(
         (990 - 40 * 15) / 1000, abs=1e-3)
+
+
+def test_bench_sim_domains_quick() -> None:
+    if not KTH.exists():
+        pytest.skip(f"{KTH} is absent (the shared data is not beside this checkout)")
+    result = CliRunner().invoke(main, ["bench", "sim", "--quick", "--logs", "KTH", "--domains",
+                                       "4", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["KTH"]
+    assert [(r["policy"], r["keep_domains_whole"]) for r in rows] == [
+        ("slurm", False), ("arnold", True), ("arnold", False)]
+    # 4 minipods x 4 leaves of 7 nodes, each leaf cut into domains of 4 and 3 nodes.
+    assert all(r["domains"] == 32 and 0 < r["whole_domains_free_mean"] <= 32 for r in rows)
+    bad = CliRunner().invoke(main, ["bench", "sim", "--domains", "4", "--variants"])
+    assert bad.exit_code == 2

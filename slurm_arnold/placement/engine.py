@@ -209,9 +209,9 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
         found, outcome, record = [], "open", {}
         if not boxes:
             # The first box no bound rules out: if nothing decides it, it bounds the gap, and
-            # a layout in it closes the gap. Bands are tried first, thoroughly (once per
-            # placement: up to a few seconds at 12,500 nodes when they find nothing; on the
-            # bench SCIP's count model never proved such a box empty, it only found counts).
+            # a layout in it closes the gap. Bands are tried first, thoroughly, once per
+            # placement (their work is capped in bands.py); on the bench SCIP's count model
+            # never proved such a box empty (`proved_by` lists only the product bounds).
             started = time.monotonic()
             layout = exact_band_layout(caps, job.pp, job.columns, a, b)
             if layout is not None and layout_fits(layout, caps):

@@ -247,7 +247,8 @@ def _graphs(nodes_doc: Any, edges_doc: Any, source: str, number: Any) -> dict[in
             if not isinstance(edge, dict) or any(key not in edge for key in _EDGE_KEYS):
                 raise NestInputError(source, f"{where} must have {', '.join(_EDGE_KEYS)}")
             u, v = edge["sourceId"], edge["destId"]
-            if u not in table or v not in table:
+            if any(isinstance(x, bool) or not isinstance(x, int) for x in (u, v)) \
+                    or u not in table or v not in table:
                 raise NestInputError(source, f"{where} joins {u!r} and {v!r}, not both nodes "
                                              f"of nodes[{width_text}]")
             if u == v or (u, v) in edges:

@@ -68,10 +68,9 @@ class SimCluster:
         mask: np.ndarray = self.free_gpus == self.g
         return mask
 
-    def _domain_free(self) -> np.ndarray:
-        """Whole-free nodes per domain."""
-        has = self.domain >= 0
-        counts: np.ndarray = np.bincount(self.domain[has & self.whole_free()],
+    def _domain_free(self, nodes: np.ndarray) -> np.ndarray:
+        """How many of ``nodes`` (a mask) each domain has."""
+        counts: np.ndarray = np.bincount(self.domain[nodes & (self.domain >= 0)],
                                          minlength=self.n_domains)
         return counts
 
@@ -79,9 +78,8 @@ class SimCluster:
         """Domains with every node free and outside reservations (0 without domains)."""
         if not self.n_domains:
             return 0
-        has = (self.domain >= 0) & self.whole_free() & ~self.blocked
-        counts = np.bincount(self.domain[has], minlength=self.n_domains)
-        return int(np.count_nonzero(counts == self.domain_size))
+        free = self._domain_free(self.whole_free() & ~self.blocked)
+        return int(np.count_nonzero(free == self.domain_size))
 
     def _domain_rank(self) -> np.ndarray | None:
         """Per node, how much choosing it costs the domains: nodes of partly used domains first
@@ -89,7 +87,7 @@ class SimCluster:
         last; ``None`` when there is nothing to prefer."""
         if not (self.keep_domains_whole and self.n_domains):
             return None
-        free = self._domain_free()
+        free = self._domain_free(self.whole_free())
         whole = free == self.domain_size
         per_domain = np.where(whole, self.n + free, free)
         rank: np.ndarray = np.where(self.domain >= 0, per_domain[np.maximum(self.domain, 0)], 0)
