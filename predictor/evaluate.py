@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,8 +11,12 @@ import numpy as np
 
 from predictor.features import Vocabulary, compute, runtime
 from predictor.model import (
-    Calibrator,
+    ACI_GAMMA,
+    ACI_GAMMAS,
+    CALIBRATION_WINDOW,
+    AdaptiveCalibrator,
     JctModel,
+    conformal_delta,
     conformity_scores,
     fit_point,
     log_seconds,
@@ -30,26 +36,65 @@ def evaluable(job: JobRecord) -> bool:
 
 def daily_deltas(model: JctModel, kept: Sequence[JobRecord], matrix: np.ndarray, cut: int,
                  actual: np.ndarray, req: np.ndarray) -> np.ndarray:
-    """The upper model's conformal delta for each test job, recalibrated once per day.
-
-    At the first submit of each day the delta is recomputed from the scores of jobs that had
-    ended by then: the training window's calibration jobs (scored by the model that did not see
-    them) and test jobs (scored by the served model), as a daily ``retrain`` would. Nothing that
-    ends after the submit is used.
-    """
+    """The upper model's conformal delta for each test job, the plain way (an ablation):
+    once per day, the q-quantile of the most recent scores of jobs that had ended by then
+    (the training window's calibration jobs, scored by the model that did not see them, and
+    test jobs, scored by the served model). Nothing that ends after the submit is used."""
+    quantile = float(model.meta["quantile"])
     start = int(model.meta["calibration_start"])
-    calib = Calibrator(float(model.meta["quantile"]))
-    ends = np.array([float(j.end or 0) for j in kept])
-    if model.calibration_scores is not None:
-        calib.extend(ends[start:cut], model.calibration_scores)
-    calib.extend(ends[cut:], conformity_scores(model.raw_upper(matrix[cut:]), actual[cut:],
-                                               req[cut:]))
+    ends = [float(j.end or 0) for j in kept]
+    window = [(ends[start + i], float(v)) for i, v in enumerate(model.calibration_scores)] \
+        if model.calibration_scores is not None else []
+    test = conformity_scores(model.raw_upper(matrix[cut:]), actual[cut:], req[cut:])
+    window = sorted(window + [(ends[cut + k], float(v)) for k, v in enumerate(test)])
     out = np.empty(len(kept) - cut)
-    day, delta = None, 0.0
+    day, delta, taken = None, 0.0, 0
+    recent: list[float] = []
     for k, job in enumerate(kept[cut:]):
         if job.submit // 86400 != day:
-            day, delta = job.submit // 86400, calib.delta(job.submit)
+            day = job.submit // 86400
+            while taken < len(window) and window[taken][0] <= job.submit:
+                recent.append(window[taken][1])
+                taken += 1
+            delta = conformal_delta(np.asarray(recent[-CALIBRATION_WINDOW:]), quantile)
         out[k] = delta
+    return out
+
+
+def adaptive_deltas(model: JctModel, kept: Sequence[JobRecord], matrix: np.ndarray, cut: int,
+                    actual: np.ndarray, req: np.ndarray, gamma: float = ACI_GAMMA) -> np.ndarray:
+    """The served upper model's delta for each test job, as the live system keeps it.
+
+    At each submit, every job that has ended since the last one enters the
+    :class:`AdaptiveCalibrator` in end order, with whether the delta it was served missed it
+    (test jobs) or not (the training window's calibration jobs, which seed the window); the
+    job is then served the calibrator's delta (``gamma``: its step). Nothing that ends after
+    the submit is used, and a test job is fed back only after it was served (a log's start
+    can precede its submit).
+    """
+    calib = AdaptiveCalibrator(float(model.meta["quantile"]), gamma=gamma,
+                               alpha=model.meta.get("upper_alpha"))
+    start = int(model.meta["calibration_start"])
+    seed: list[tuple[float, float]] = []
+    if model.calibration_scores is not None:
+        seed = sorted((float(kept[start + i].end or 0), float(score))
+                      for i, score in enumerate(model.calibration_scores))
+    scores = conformity_scores(model.raw_upper(matrix[cut:]), actual[cut:], req[cut:])
+    out = np.empty(len(kept) - cut)
+    served: list[tuple[float, int]] = []  # (end, test index), a heap
+    taken = 0
+    for k, job in enumerate(kept[cut:]):
+        while taken < len(seed) and seed[taken][0] <= job.submit:
+            calib.add(seed[taken][1])
+            taken += 1
+        while served and served[0][0] <= job.submit:
+            _, index = heapq.heappop(served)
+            # An infinite score (the job outran its request) is a miss even when the delta
+            # served was infinite too: the prediction is capped at the request.
+            calib.adapt(bool(math.isinf(scores[index]) or scores[index] > out[index]))
+            calib.add(float(scores[index]))
+        out[k] = calib.delta
+        heapq.heappush(served, (float(job.end or 0), k))
     return out
 
 
@@ -58,10 +103,12 @@ def evaluate(jobs: Sequence[JobRecord], quantile: float = 0.9, train_share: floa
     """Train on the first 70% (by submit) of the evaluable jobs, test on the rest.
 
     History features use every job that ended before a job's submit, train or test.
-    ``ablation`` adds what the served model's two choices are worth: ``model_l2`` (L2 instead
+    ``ablation`` adds what the served model's choices are worth: ``model_l2`` (L2 instead
     of L1, still from last2), ``model_l2_plain`` (L2 from nothing: the issue's reference
-    LightGBM) and ``model_q_static`` (the upper model's delta fixed at training time instead
-    of recalibrated daily).
+    LightGBM), ``model_q_static`` (the upper model's delta fixed at training time instead
+    of adapted at each submit), ``model_q_daily`` (the q-quantile of the recent scores
+    once a day, without adapting the level) and ``model_q_gamma_<g>`` (adapted with the other
+    steps in ``ACI_GAMMAS``).
     """
     kept = sorted((j for j in jobs if evaluable(j)), key=lambda j: j.submit)
     excluded = len(jobs) - len(kept)
@@ -75,7 +122,7 @@ def evaluate(jobs: Sequence[JobRecord], quantile: float = 0.9, train_share: floa
     req = np.array([float(j.time_limit or 0) for j in kept])
     model = train(matrix[:cut], actual[:cut], vocab, req=req[:cut], quantile=quantile)
     point, upper = model.predict(matrix[cut:], list(req[cut:]),
-                                 delta=daily_deltas(model, kept, matrix, cut, actual, req))
+                                 delta=adaptive_deltas(model, kept, matrix, cut, actual, req))
     test_req = req[cut:]
     base_last2 = np.array([min(v, r) if v is not None else r
                            for v, r in zip(last2[cut:], test_req, strict=True)])
@@ -103,6 +150,14 @@ def evaluate(jobs: Sequence[JobRecord], quantile: float = 0.9, train_share: floa
                               from_last2=from_last2), test_actual)
         static = model.predict(matrix[cut:], list(test_req))[1]
         result["methods"]["model_q_static"] = metrics(static, test_actual)
+        daily = model.predict(matrix[cut:], list(test_req),
+                              delta=daily_deltas(model, kept, matrix, cut, actual, req))[1]
+        result["methods"]["model_q_daily"] = metrics(daily, test_actual)
+        for gamma in ACI_GAMMAS:
+            if gamma != ACI_GAMMA:
+                other = model.predict(matrix[cut:], list(test_req), delta=adaptive_deltas(
+                    model, kept, matrix, cut, actual, req, gamma))[1]
+                result["methods"][f"model_q_gamma_{gamma:g}"] = metrics(other, test_actual)
     if keep_predictions:
         result["predictions"] = {"actual": test_actual, "requested": test_req,
                                  "last2": base_last2, "model": point, "model_q": upper}

@@ -14,9 +14,10 @@ Both predict log seconds; predictions are capped at the requested time.
   on recent jobs rather than on the fit. A job's score is ``log(actual) - raw prediction``, and
   infinite when it ran longer than it asked for: the cap at the requested time can never cover
   such a job, and leaving those out (as a plain residual quantile does) under-covers by their
-  share. :class:`Calibrator` redoes this step from jobs that finished since, without refitting
-  (``arnold predictor evaluate`` does it once per day of the test window, as a daily
-  ``retrain`` would).
+  share. :class:`AdaptiveCalibrator` keeps it calibrated from jobs that finished since,
+  without refitting: the window slides, and the quantile taken adapts to the misses the served
+  deltas made (adaptive conformal inference), so that the share covered stays at q on a drifting
+  workload (``arnold predictor evaluate`` does it at each submit of the test window).
 
 Saved as LightGBM text models with a ``metadata.json`` (features, training window, metrics) in
 a version directory; the model path is a symbolic link to the serving version, replaced in one
@@ -25,12 +26,14 @@ a version directory; the model path is a symbolic link to the serving version, r
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
 import shutil
 import tempfile
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,31 +114,59 @@ def conformal_delta(scores: np.ndarray, quantile: float) -> float:
                                                            initial=0.0))
 
 
-class Calibrator:
-    """Re-derives the upper model's conformal delta from jobs as they finish.
+#: Adaptive conformal inference's step (Gibbs and Candes, NeurIPS 2021): after each finished
+#: job the miscoverage level moves by ``gamma * (target - missed)``. Chosen among
+#: ``ACI_GAMMAS`` by the worst coverage over the four shared logs (`arnold bench predictor`
+#: prints each one's); a larger step follows shifts faster and jitters more.
+ACI_GAMMA = 0.01
+ACI_GAMMAS = (0.002, 0.005, 0.01)
 
-    ``add`` a finished job's score with its end time; ``delta(t)`` uses the most recent
-    ``window`` scores of jobs that ended at or before ``t`` and nothing later.
+
+class AdaptiveCalibrator:
+    """The upper model's conformal delta, kept calibrated as jobs finish.
+
+    A window of the most recent ``window`` conformity scores gives the delta as a quantile;
+    which quantile adapts (adaptive conformal inference): each finished job that the delta it
+    was served did not cover lowers the miscoverage level ``alpha`` by ``gamma * (1 - target)``,
+    each covered one raises it by ``gamma * target``. Whatever the drift, the long-run share of
+    misses then tends to ``1 - quantile``; a fixed quantile of recent scores under-covers when
+    the jobs still running (the long ones, the misses) are missing from the window.
     """
 
-    def __init__(self, quantile: float, window: int = CALIBRATION_WINDOW) -> None:
-        self.quantile = quantile
+    def __init__(self, quantile: float, *, gamma: float = ACI_GAMMA,
+                 window: int = CALIBRATION_WINDOW, alpha: float | None = None) -> None:
+        self.target = 1.0 - quantile
+        self.gamma = gamma
         self.window = window
-        self.ends: list[float] = []
-        self.scores: list[float] = []
+        self.alpha = self.target if alpha is None else alpha
+        self._recent: deque[float] = deque()
+        self._sorted: list[float] = []
 
-    def extend(self, ends: np.ndarray, scores: np.ndarray) -> None:
-        """Add finished jobs (any order); kept sorted by end time."""
-        pairs = sorted(zip([*self.ends, *ends.tolist()], [*self.scores, *scores.tolist()],
-                           strict=True))
-        self.ends = [p[0] for p in pairs]
-        self.scores = [p[1] for p in pairs]
+    def adapt(self, missed: bool) -> None:
+        """A job served a prediction finished: move the level by whether it was missed."""
+        self.alpha += self.gamma * (self.target - (1.0 if missed else 0.0))
 
-    def delta(self, t: float) -> float:
-        """The delta a recalibration at time ``t`` would compute."""
-        n = int(np.searchsorted(np.asarray(self.ends), t, side="right"))
-        return conformal_delta(np.asarray(self.scores[max(0, n - self.window):n]),
-                               self.quantile)
+    def add(self, score: float) -> None:
+        """A finished job's conformity score enters the window (the oldest leaves)."""
+        self._recent.append(score)
+        bisect.insort(self._sorted, score)
+        if len(self._recent) > self.window:
+            old = self._recent.popleft()
+            del self._sorted[bisect.bisect_left(self._sorted, old)]
+
+    @property
+    def delta(self) -> float:
+        """The delta to serve now: the window's (1 - alpha)-quantile, rounded up to an observed
+        score; 0 with no scores yet. Infinite when that score is (a job that outran its
+        request) or the level is 1 or more: the prediction is then the request itself, the
+        most a capped prediction can cover, which is what lets the level come back."""
+        if not self._sorted:
+            return 0.0
+        level = 1.0 - self.alpha
+        if level >= 1.0:
+            return math.inf
+        rank = math.ceil(level * len(self._sorted)) - 1
+        return self._sorted[max(rank, 0)]
 
 
 def train(matrix: np.ndarray, runtimes: Sequence[float] | np.ndarray, vocab: Vocabulary, *,
@@ -158,11 +189,16 @@ def train(matrix: np.ndarray, runtimes: Sequence[float] | np.ndarray, vocab: Voc
     early = fit_upper(matrix[:split], y[:split], quantile, rounds=rounds)
     scores = conformity_scores(np.asarray(early.predict(matrix[split:]), dtype=float),
                                seconds[split:], limits[split:])
-    delta = conformal_delta(scores[-CALIBRATION_WINDOW:], quantile)
+    # The level comes from the caller (the serving model's, moved by the jobs it served since:
+    # see predictor.service.retrain); the tail's scores only fill the window.
+    calib = AdaptiveCalibrator(quantile, alpha=(meta or {}).get("upper_alpha"))
+    for score in scores[-CALIBRATION_WINDOW:]:
+        calib.add(score)
     upper = fit_upper(matrix, y, quantile, rounds=rounds)
     info = dict(meta or {}) | {"features": list(FEATURES), "quantile": quantile,
                                "train_jobs": len(y), "offset_fallback": fallback,
-                               "upper_delta": delta, "calibration_start": split,
+                               "upper_delta": calib.delta, "upper_alpha": calib.alpha,
+                               "calibration_start": split,
                                "train_seconds": time.monotonic() - t0}
     return JctModel(point, upper, vocab, info, scores)
 

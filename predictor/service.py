@@ -26,7 +26,7 @@ from predictor.features import (
     runtime,
 )
 from predictor.history import ImportReport, import_records, load_history, sacct_records
-from predictor.model import JctModel, ModelError, load, metrics, save, train
+from predictor.model import AdaptiveCalibrator, JctModel, ModelError, load, metrics, save, train
 from predictor.swf import JobRecord
 from site_config import SiteConfig
 from slurm_arnold.errors import ArnoldError
@@ -176,6 +176,29 @@ def _holdout_metrics(model: JctModel, matrix: np.ndarray, rows: np.ndarray,
     return metrics(point, actual[rows])
 
 
+def _adapted_alpha(serving: JctModel, jobs: Sequence[JobRecord], matrix: np.ndarray,
+                   actual: np.ndarray, req: np.ndarray, quantile: float) -> float | None:
+    """The upper model's miscoverage level after the jobs the serving model predicted.
+
+    The serving model's level moves once per job submitted after its training window, in end
+    order, by whether its upper prediction covered the job (``matrix``: the jobs' features in
+    the serving model's vocabulary; see
+    :class:`predictor.model.AdaptiveCalibrator`); the new model starts from it, so the level
+    carries over retrains. The predictions are recomputed from the history (live ones also
+    saw the queue then); a model from before this level existed starts from ``1 - quantile``.
+    """
+    if float(serving.meta.get("quantile", quantile)) != quantile:
+        return None  # the site changed its quantile: start the level afresh
+    calib = AdaptiveCalibrator(quantile, alpha=serving.meta.get("upper_alpha"))
+    rows = np.array([i for i, j in enumerate(jobs) if j.submit > serving.meta.get("train_end", 0)],
+                    dtype=int)
+    if len(rows):
+        _, upper = serving.predict(matrix[rows], list(req[rows]))
+        for k in sorted(range(len(rows)), key=lambda k: float(jobs[int(rows[k])].end or 0)):
+            calib.adapt(bool(actual[rows[k]] > upper[k] + 1e-6))
+    return calib.alpha
+
+
 def retrain(config: SiteConfig, state: StateDB, *, slurm: Slurm | None = None,
             since: str | None = None, force: bool = False) -> dict[str, Any]:
     """Import new finished jobs (when ``slurm`` is given), train, compare, swap if not worse.
@@ -213,7 +236,9 @@ def retrain(config: SiteConfig, state: StateDB, *, slurm: Slurm | None = None,
                                   "candidate": _holdout_metrics(candidate, matrix_cut, test,
                                                                 actual, req)}
         swap = True
+        serving_matrix = None if serving is None else compute(jobs, serving.vocab)[0]
         if serving is not None:
+            assert serving_matrix is not None
             unseen = test[[jobs[i].submit > serving.meta.get("train_end", 0) for i in test]]
             result["compared_on"] = len(unseen)
             if len(unseen) < MIN_NEW_JOBS:
@@ -224,7 +249,6 @@ def retrain(config: SiteConfig, state: StateDB, *, slurm: Slurm | None = None,
             else:
                 result["candidate"] = _holdout_metrics(candidate, matrix_cut, unseen, actual,
                                                        req)
-                serving_matrix, _ = compute(jobs, serving.vocab)
                 result["serving"] = _holdout_metrics(serving, serving_matrix, unseen, actual,
                                                      req)
                 worse = (result["candidate"]["mae_log"]
@@ -232,12 +256,16 @@ def retrain(config: SiteConfig, state: StateDB, *, slurm: Slurm | None = None,
                 result["reason"] = ("new model worse on the new jobs" if worse
                                     else "new model not worse on the new jobs")
                 swap = force or not worse
+        alpha = None if serving is None or serving_matrix is None else _adapted_alpha(
+            serving, jobs, serving_matrix, actual, req, quantile)
+        if alpha is not None:
+            result["upper_alpha"] = round(alpha, 6)
         if swap:
             vocab = Vocabulary(jobs)
             matrix, _ = compute(jobs, vocab)
             final = train(matrix, actual, vocab, req=req, quantile=quantile,
                           meta={"train_start": jobs[0].submit, "train_end": jobs[-1].submit,
-                                "holdout": result["candidate"]})
+                                "holdout": result["candidate"], "upper_alpha": alpha})
             save(final, model_dir(config))
         result["swapped"] = swap
         result["model_dir"] = str(model_dir(config))

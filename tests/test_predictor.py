@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from predictor.features import FEATURES, Vocabulary, compute
-from predictor.model import Calibrator
+from predictor.model import ACI_GAMMA, AdaptiveCalibrator
 from predictor.service import queue_load
 from predictor.swf import BadLine, JobRecord, read_swf
 from slurm_arnold.cli import main
@@ -169,14 +170,74 @@ def test_model_meets_the_issue_targets_on_the_shared_logs(log: Path) -> None:
     assert m["model_q"]["mae_h"] < m["requested"]["mae_h"]
 
 
-def test_calibrator_uses_only_jobs_ended_by_then() -> None:
-    calib = Calibrator(0.9, window=100)
-    calib.extend(np.arange(100.0), np.zeros(100))
-    calib.extend(np.arange(100.0, 200.0), np.full(100, 5.0))
-    assert calib.delta(99.5) == 0.0  # the later, larger scores are not seen yet
-    assert calib.delta(1e9) == 5.0
-    calib.extend(np.array([300.0]), np.array([np.inf]))  # outran its request
-    assert calib.delta(1e9) == 5.0
+def test_the_calibrators_window_slides_and_skips_uncoverable_jobs() -> None:
+    calib = AdaptiveCalibrator(0.9, window=100)
+    assert calib.delta == 0.0  # nothing to calibrate on yet
+    for _ in range(100):
+        calib.add(0.0)
+    for _ in range(100):
+        calib.add(5.0)
+    assert calib.delta == 5.0  # the zeros have left the window
+    for score in np.linspace(0.0, 9.9, 100):
+        calib.add(float(score))
+    assert calib.delta == pytest.approx(8.9)  # the 90th of 100 scores, rounded up
+    for _ in range(20):
+        calib.add(math.inf)  # outran its request: uncoverable, so the quantile is the cap
+    assert calib.delta == math.inf
+    calib.adapt(False)  # a covered job raises the miss level a little...
+    assert calib.alpha == pytest.approx(0.1 + ACI_GAMMA * 0.1)
+    calib.adapt(True)  # ...a missed one lowers it nine times as much
+    assert calib.alpha == pytest.approx(0.1 + ACI_GAMMA * 0.1 - ACI_GAMMA * 0.9)
+    # The window now holds 2.0 .. 9.9 (80 scores) and 20 infinite ones: at level 0.75 the
+    # quantile is the 75th score.
+    calib.alpha = 0.25
+    assert calib.delta == pytest.approx(9.4)
+
+
+def test_the_adaptive_level_holds_coverage_under_drift_where_a_fixed_one_does_not() -> None:
+    # Scores drift upwards (a workload getting longer than the model thinks) and each job's
+    # score reaches the window only 300 jobs later (long jobs end late). The tolerance is Gibbs
+    # and Candes' bound for adaptive conformal inference, (max(alpha_1, 1 - alpha_1) + gamma) /
+    # (gamma T) (their Proposition 4.1, which assumes immediate feedback), plus 300 / T for the
+    # jobs whose feedback had not arrived; the fixed level misses by more than that.
+    rng = np.random.default_rng(7)
+    steps = 20_000
+    scores = rng.normal(0.0, 1.0, steps) + np.linspace(0.0, 6.0, steps)
+    rates = {}
+    for gamma in (0.0, 0.005):
+        calib = AdaptiveCalibrator(0.9, gamma=gamma, window=2000)
+        missed = np.zeros(steps, dtype=bool)
+        for t in range(steps):
+            missed[t] = scores[t] > calib.delta
+            if t >= 300:
+                calib.adapt(bool(missed[t - 300]))
+                calib.add(float(scores[t - 300]))
+        rates[gamma] = float(np.mean(missed))
+    bound = (0.9 + 0.005) / (0.005 * (steps - 300)) + 300 / steps
+    assert abs(rates[0.005] - 0.1) <= bound
+    assert rates[0.0] - 0.1 > bound
+
+
+def test_adaptive_deltas_use_nothing_that_ends_after_the_submit() -> None:
+    from predictor.evaluate import adaptive_deltas
+    from predictor.model import train
+
+    jobs = sorted(_jobs(600), key=lambda j: j.submit)
+    cut = 420
+    vocab = Vocabulary(jobs[:cut])
+    matrix, _ = compute(jobs, vocab)
+    actual = np.array([float((j.end or 0) - (j.start or 0)) for j in jobs])
+    req = np.array([float(j.time_limit or 0) for j in jobs])
+    model = train(matrix[:cut], actual[:cut], vocab, req=req[:cut])
+    base = adaptive_deltas(model, jobs, matrix, cut, actual, req)
+    k = 100
+    t = jobs[cut + k].submit
+    # Jobs that end after test job k's submit run far longer: k and earlier keep their deltas.
+    late = np.array([(j.end or 0) > t for j in jobs])
+    longer = np.where(late, np.minimum(actual * 50, req), actual)
+    after = adaptive_deltas(model, jobs, matrix, cut, longer, req)
+    assert np.array_equal(base[:k + 1], after[:k + 1])
+    assert not np.array_equal(base, after)
 
 
 def test_the_ablation_prices_the_other_choices() -> None:

@@ -85,13 +85,15 @@ def test_retrain_swaps_then_keeps_and_predict_explains(state_dir: Path, tmp_path
     code, out, err = _run("predictor", "retrain", "--no-import", "--json")
     assert code == 0, err
     first = json.loads(out)
-    assert first["swapped"] and "serving" not in first
+    assert first["swapped"] and "serving" not in first and "upper_alpha" not in first
     served = model_dir(load_config())
     assert served.is_symlink() and (served / "metadata.json").exists()
     # Nothing new since: the serving model would be judged on its own training data; kept.
     code, out, _ = _run("predictor", "retrain", "--no-import", "--json")
     second = json.loads(out)
     assert code == 0 and not second["swapped"] and second["compared_on"] == 0
+    # No job the serving model predicted has ended since: its miscoverage level stays.
+    assert second["upper_alpha"] == pytest.approx(0.1)
     # New jobs (a later log): compared on them only, both models out of sample.
     later = _swf(tmp_path / "b.swf", n=600, seed=1)
     shifted = [" ".join([f[0], str(int(f[1]) + 400_000), *f[2:]])
@@ -103,6 +105,12 @@ def test_retrain_swaps_then_keeps_and_predict_explains(state_dir: Path, tmp_path
     assert code == 0 and third["compared_on"] >= 100 and "serving" in third
     assert third["swapped"] == (third["candidate"]["mae_log"]
                                 <= third["serving"]["mae_log"] * 1.01)
+    # The 600 jobs the serving model predicted moved the level (misses lower it, covers raise
+    # it), and a swapped-in model starts from there.
+    assert third["upper_alpha"] != pytest.approx(0.1)
+    if third["swapped"]:
+        meta = json.loads((served / "metadata.json").read_text())
+        assert meta["upper_alpha"] == pytest.approx(third["upper_alpha"], abs=1e-6)
     code, out, err = _run("predictor", "predict", "--user", "3", "--time", "1:00:00",
                           "--procs", "4", "--json")
     assert code == 0, err

@@ -11,10 +11,11 @@ a nightly cron job) and retrain on the most recent ``window`` finished jobs when
 ones have finished since the last fit (``RETRAIN_SHARE`` of the training set): a quiet day
 does not pay for a fit that would learn nothing new. ``model`` fits only the point model,
 ``model_q`` only the upper one, because each uses only its own. ``model_q``'s conformal delta
-is recalibrated every simulated day, like ``arnold predictor evaluate`` does: from the jobs
-that finished since, scored by the model that was serving when they ended (so the scores are
-out of sample, unlike a split of the training window); only the first fit, with no such jobs
-yet, calibrates on a held-out tail of its training window.
+follows every job that ends, like ``arnold predictor evaluate`` does (an
+:class:`~predictor.model.AdaptiveCalibrator`): the job's score against the model that predicted
+it (out of sample, unlike a split of the training window) enters the window, and whether the
+prediction it started with covered it moves the level; only the first fit, with no such jobs
+yet, seeds the window from a held-out tail of its training window.
 """
 
 from __future__ import annotations
@@ -29,8 +30,7 @@ import numpy as np
 
 from predictor.features import FEATURES, UserHistory, Vocabulary, fill_row
 from predictor.model import (
-    CALIBRATION_WINDOW,
-    conformal_delta,
+    AdaptiveCalibrator,
     conformity_scores,
     fit_point,
     fit_upper,
@@ -74,14 +74,16 @@ class OnlinePredictor:
     retrains: int = 0
     #: For the leakage test: (simulated time, latest end among the training jobs) per retrain.
     audit: list[tuple[float, float]] = field(default_factory=list)
-    #: Conformity scores (log actual - raw upper) of jobs that ended, out of sample.
-    scores: list[float] = field(default_factory=list)
-    _unscored: list[SimJob] = field(default_factory=list)
+    #: ``model_q``'s delta: conformity scores (log actual - raw upper) of jobs that ended,
+    #: out of sample, and the level adapted to its misses.
+    calibrator: AdaptiveCalibrator | None = None
     _cache: dict[int, tuple[int, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.name not in PREDICTORS:
             raise ValueError(f"unknown predictor {self.name!r}; use one of {', '.join(PREDICTORS)}")
+        if self.name == "model_q":
+            self.calibrator = AdaptiveCalibrator(self.quantile)
 
     @property
     def learns(self) -> bool:
@@ -109,10 +111,9 @@ class OnlinePredictor:
         self.histories[job.user].add(
             runtime, job.record.time_limit, size=job.record.procs or job.record.gpus,
             state="TIMEOUT" if job.killed else job.record.state, end=job.end)
+        self._calibrate(job, runtime)
         if self.learns and not job.killed:
             self.finished.append(job)
-            if self.booster is not None:
-                self._unscored.append(job)
             if len(self.finished) > 2 * self.window:
                 drop = len(self.finished) - self.window
                 del self.finished[:drop]
@@ -127,7 +128,6 @@ class OnlinePredictor:
         if day == self.last_day:
             return
         self.last_day = day
-        self._recalibrate()
         recent = self.finished[-self.window:]
         new = len(self.finished) - self.trained_on
         if len(recent) < self.min_train or (
@@ -154,28 +154,28 @@ class OnlinePredictor:
 
     def _first_calibration(self, matrix: np.ndarray, y: np.ndarray, runtimes: np.ndarray,
                            limits: np.ndarray) -> None:
-        """The first fit's delta: a model on the head of the window predicts its tail."""
+        """The first fit's window: a model on the head of the training set predicts its tail."""
+        assert self.calibrator is not None
         split = int(len(y) * (1 - FIRST_HOLDOUT))
         early = fit_upper(matrix[:split], y[:split], self.quantile, rounds=self.rounds,
                           threads=THREADS)
         raw = np.asarray(early.predict(matrix[split:]), dtype=float)
-        self.delta = conformal_delta(conformity_scores(raw, runtimes[split:], limits[split:]),
-                                     self.quantile)
+        for score in conformity_scores(raw, runtimes[split:], limits[split:]):
+            self.calibrator.add(float(score))
+        self.delta = self.calibrator.delta
 
-    def _recalibrate(self) -> None:
-        """Score the jobs that ended since yesterday with the model that served them, and
-        take the delta from the most recent ``CALIBRATION_WINDOW`` scores."""
-        if self.name != "model_q" or not self._unscored or self.booster is None:
-            self._unscored.clear()
-            return
-        jobs, self._unscored = self._unscored, []
-        matrix = np.stack([self.rows[j.index] for j in jobs])
-        raw = np.asarray(self.booster.predict(matrix, num_threads=THREADS), dtype=float)
-        runtimes = np.array([max(1.0, (j.end or 0) - (j.start or 0)) for j in jobs])
-        self.scores.extend(conformity_scores(raw, runtimes,
-                                             np.array([j.limit for j in jobs])).tolist())
-        del self.scores[:-CALIBRATION_WINDOW]
-        self.delta = conformal_delta(np.asarray(self.scores), self.quantile)
+    def _calibrate(self, job: SimJob, runtime: float) -> None:
+        """``model_q``: a job the model predicted ended; its score enters the window (a killed
+        job's run time is unknown, so only its miss counts) and its miss moves the level."""
+        served = self._cache.get(job.index)
+        if self.calibrator is None or served is None or job.predicted is None:
+            return  # not served by the model (it had not trained yet)
+        self.calibrator.adapt(job.killed or runtime > job.predicted + 1e-6)
+        if not job.killed:
+            score = conformity_scores(np.array([served[1]]), np.array([max(1.0, runtime)]),
+                                      np.array([job.limit]))
+            self.calibrator.add(float(score[0]))
+        self.delta = self.calibrator.delta
 
     def predict(self, job: SimJob) -> float:
         """Predicted run time (s), capped at the job's limit."""
