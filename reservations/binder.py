@@ -226,7 +226,7 @@ class Binder:
         make_dir(directory, SITE_DIR_MODE)
         placement_id = secrets.token_hex(8)
         rankfile, _ = write_files(directory, move.placement, placement_id, spec.rank_order,
-                                  stem=str(job.job_id))
+                                  stem=str(job.job_id), parallelism=spec.parallelism)
         name = reservation_name(job.job_id)
         if name in snap.reservations:
             self.slurm.update_reservation(name, Nodes=_hl(nodes))

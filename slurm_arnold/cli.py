@@ -29,8 +29,14 @@ from slurm_arnold.cluster import (
     slurm_choice,
 )
 from slurm_arnold.errors import ArnoldError
-from slurm_arnold.options import Finite, json_option, minipod_level_option, topology_option
-from slurm_arnold.placement import JobShape, Placement, place
+from slurm_arnold.options import (
+    Finite,
+    json_option,
+    minipod_level_option,
+    parallelism_options,
+    topology_option,
+)
+from slurm_arnold.placement import Parallelism, Placement, place
 from slurm_arnold.placement.align import alpha_from_model, auto_alpha, parse_bytes
 from slurm_arnold.placement.engine import (
     ALGOS,
@@ -242,7 +248,9 @@ def topology_show(topology_file: str | None, gpus_per_node: int, partition: str 
 @click.option("--tp", type=click.IntRange(min=1), required=True, help="Tensor-parallel size.")
 @click.option("--pp", type=click.IntRange(min=1), required=True, help="Pipeline stages.")
 @click.option("--dp", type=click.IntRange(min=1), help="Data-parallel replicas.")
-@click.option("--nodes", type=click.IntRange(min=1), help="Nodes; gives DP = N*g/(TP*PP).")
+@click.option("--nodes", type=click.IntRange(min=1),
+              help="Nodes; gives DP = N*g/(TP*CP*PP).")
+@parallelism_options
 @click.option("--alpha", type=Finite(),
               help="Weight of DP spread in [0, 1] (beta = 1 - alpha).")
 @click.option("--align", type=click.Choice(["auto"]),
@@ -276,7 +284,8 @@ def topology_show(topology_file: str | None, gpus_per_node: int, partition: str 
               help="Where --explain draws (SVG; a .png name gives PNG).")
 @json_option()
 def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: int | None,
-              tp: int, pp: int, dp: int | None, nodes: int | None, alpha: float | None,
+              tp: int, pp: int, dp: int | None, nodes: int | None, cp: int, ep: int,
+              nvlink_group: str, alpha: float | None,
               align: str | None, dp_volume: str | None, pp_volume: str | None,
               microbatches: int, model_name: str | None, global_batch: int | None,
               micro_batch: int, algo: str, time_limit: float, seed: int,
@@ -305,9 +314,10 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
         if free_file:
             view.free &= set(read_free_file(free_file))
         g = gpus_per_node or view.common_gpus()
-    job = JobShape(tp, pp, dp, g) if dp is not None else JobShape.from_nodes(nodes or 0, tp, pp, g)
+    par = Parallelism.sized(tp, pp, dp, nodes, g, cp=cp, ep=ep, nvlink=nvlink_group)
+    job = par.shape(g)
     if nodes is not None and dp is not None and job.nodes != nodes:
-        raise ArnoldError(f"--nodes {nodes} does not match TP x PP x DP = {job.gpus} GPUs "
+        raise ArnoldError(f"--nodes {nodes} does not match TP x CP x PP x DP = {job.gpus} GPUs "
                           f"= {job.nodes} nodes of {g} GPUs; drop one of --nodes/--dp")
     if align == "auto":
         if model_name is not None:
@@ -315,7 +325,8 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
                 raise click.UsageError("give --model or --dp-volume/--pp-volume, not both")
             if global_batch is None:
                 raise click.UsageError("--align auto with --model needs --global-batch")
-            alpha = alpha_from_model(model_name, global_batch, tp=tp, pp=pp, dp=job.dp,
+            # Gradients are reduced over DP x CP ranks.
+            alpha = alpha_from_model(model_name, global_batch, tp=tp, pp=pp, dp=par.dp * par.cp,
                                      micro_batch=micro_batch, network=config.network)
         else:
             alpha = auto_alpha(dp_bytes=parse_bytes(dp_volume or "0"),
@@ -339,21 +350,26 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
         picture(result, theirs, view, Path(picture_path))
     if as_json:
         doc = result.as_json() | {"per_tier": spreads_per_tier(result.cells, view.topology)}
+        if not par.plain:
+            doc["parallelism"] = par.as_json()
         if theirs is not None:
             doc["explain"] = {"slurm": theirs.as_json(), "picture": picture_path}
         click.echo(json.dumps(doc))
         return
-    _print_placement(result, view.topology)
+    _print_placement(result, view.topology, par)
     if theirs is not None:
         click.echo(table(result, theirs, view.topology))
         click.echo(f"picture: {picture_path}")
 
 
-def _print_placement(result: Placement, topo: Topology) -> None:
-
+def _print_placement(result: Placement, topo: Topology, par: Parallelism | None = None) -> None:
     m = result.metrics
-    table = Table(title=f"{result.algo}: TP{result.job.tp} x PP{result.job.pp} x "
-                        f"DP{result.job.dp} on {result.job.nodes} nodes, alpha {result.alpha}")
+    par = par or Parallelism.of(result.job)
+    sizes = f"TP{par.tp} x " + (f"CP{par.cp} x " if par.cp > 1 else "") + \
+        f"PP{par.pp} x DP{par.dp}" + (f" (EP{par.ep})" if par.ep > 1 else "") + \
+        ("" if par.nvlink == "tp" else f", NVLink group {par.nvlink.upper().replace('-', ' x ')}")
+    table = Table(title=f"{result.algo}: {sizes} on {result.job.nodes} nodes, "
+                        f"alpha {result.alpha}")
     table.add_column("stage (DP group)")
     table.add_column("nodes")
     table.add_column("minipods")

@@ -51,3 +51,21 @@ class Finite(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return number
+
+
+def parallelism_options(command: F) -> F:
+    """``--cp``, ``--ep`` and ``--nvlink-group``: a job's context and expert parallelism and
+    the group that must share an NVLink domain (``placement.Parallelism``)."""
+    from slurm_arnold.placement.job import NVLINK_GROUPS
+
+    for option in reversed((
+        click.option("--cp", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Context-parallel size (ranks after TP: Megatron-Core's order)."),
+        click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Expert-parallel size (groups of EP consecutive DP replicas)."),
+        click.option("--nvlink-group", type=click.Choice(NVLINK_GROUPS), default="tp",
+                     show_default=True,
+                     help="The ranks that must share one NVLink domain: TP, TP x CP or TP x EP."),
+    )):
+        command = option(command)
+    return command

@@ -37,7 +37,7 @@ import hostlist
 
 from site_config import SiteConfig
 from slurm_arnold.errors import ArnoldError, InfeasibleError, StateError
-from slurm_arnold.placement.job import JobShape
+from slurm_arnold.placement.job import Parallelism
 from slurm_arnold.submit.options import directive_lines
 
 if TYPE_CHECKING:
@@ -74,6 +74,9 @@ class Wanted:
     alpha: float
     rank_order: str
     user_rankfile: Path | None
+    cp: int = 1
+    ep: int = 1
+    nvlink: str = "tp"
 
 
 def starting_job(env: MappingType[str, str]) -> StartingJob:
@@ -115,7 +118,8 @@ def wanted_from_script(script: str) -> Wanted | None:
     if tp is None or pp is None:
         raise ArnoldError("#ARNOLD lines must give both --tp and --pp for ranks at start")
     return Wanted("#ARNOLD lines", tp, pp, _whole(ours, "dp"), None, _alpha(ours),
-                  ours.get("rank-order", "tp-dp-pp"), None)
+                  ours.get("rank-order", "tp-dp-pp"), None, _whole(ours, "cp") or 1,
+                  _whole(ours, "ep") or 1, ours.get("nvlink-group", "tp"))
 
 
 def _whole(ours: MappingType[str, str], name: str) -> int | None:
@@ -152,7 +156,7 @@ def wanted_from_spec(config: SiteConfig, job: StartingJob) -> Wanted | None:
         return None
     own = config.users_dir / job.user / "rankorder" / f"{spec.placement_id}.rankorder"
     return Wanted("arnold-sbatch", spec.tp, spec.pp, spec.dp, spec.gpus_per_node, spec.alpha,
-                  spec.rank_order, own)
+                  spec.rank_order, own, spec.cp, spec.ep, spec.nvlink)
 
 
 def rankfile_entries(path: Path, uid: int | None = None) -> list[RankEntry] | None:
@@ -243,16 +247,18 @@ def _map(config: SiteConfig, slurm: Slurm, job: StartingJob, wanted: Wanted, adm
     view = live_cluster(slurm, minipod_level=config.minipod_level, partition=job.partition)
     gpus = wanted.gpus_per_node or _gpus_per_node(slurm, job, view.common_gpus(job.nodes))
     try:
-        shape = JobShape.from_nodes(len(job.nodes), wanted.tp, wanted.pp, gpus)
-        if wanted.dp is not None and wanted.dp != shape.dp:
+        par = Parallelism.sized(wanted.tp, wanted.pp, None, len(job.nodes), gpus, cp=wanted.cp,
+                                ep=wanted.ep, nvlink=wanted.nvlink)
+        if wanted.dp is not None and wanted.dp != par.dp:
             raise InfeasibleError(f"--dp {wanted.dp} but {len(job.nodes)} nodes of {gpus} GPUs "
-                                  f"make DP {shape.dp}")
-        mapping = map_allocation(view.topology, list(job.nodes), shape, alpha=wanted.alpha)
-    except InfeasibleError as exc:
+                                  f"make DP {par.dp}")
+        mapping = map_allocation(view.topology, list(job.nodes), par.shape(gpus),
+                                 alpha=wanted.alpha)
+        make_dir(admin.parent, SITE_DIR_MODE)
+        rankfile, _ = write_files(admin.parent, mapping.chosen, secrets.token_hex(8),
+                                  wanted.rank_order, stem=str(job.job_id), parallelism=par)
+    except (InfeasibleError, ArnoldError) as exc:
         return Outcome("none", f"job {job.job_id} ({wanted.source}): {exc}; no ranks of ours")
-    make_dir(admin.parent, SITE_DIR_MODE)
-    rankfile, _ = write_files(admin.parent, mapping.chosen, secrets.token_hex(8),
-                              wanted.rank_order, stem=str(job.job_id))
     m, d = mapping.chosen.metrics, mapping.default.metrics
     message = (f"job {job.job_id} ({wanted.source}): mapped on its {len(job.nodes)} nodes, "
                f"spreads dp {m.max_dp_spread} pp {m.max_pp_spread} (Slurm's order: dp "

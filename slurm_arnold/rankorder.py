@@ -17,6 +17,11 @@ Format (docs/rankorder.md)::
 With the default order ``tp-dp-pp``, RANK = tp + TP*(dp + DP*pp): Megatron's own order, so the
 framework's group construction from RANK lands exactly on the placement. Each node's local
 ranks are its ranks in increasing order (its TP ranks in order).
+
+A job with context or expert parallelism (``placement.Parallelism``) adds the headers ``cp N``
+and ``ep N`` (each only when above 1) and, with CP, a seventh column ``cp`` on each rank line;
+RANK is then Megatron-Core's ``tp-cp-ep-dp-pp``: tp + TP*(cp + CP*(dp + DP*pp)), EP groups
+being EP consecutive DP replicas. Only the default order is defined for such jobs.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_arnold.errors import ArnoldError
-from slurm_arnold.placement import Placement
+from slurm_arnold.placement import Parallelism, Placement
 
 ORDERS = ("tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "pp-tp-dp", "dp-pp-tp", "pp-dp-tp")
 MAGIC = "arnold-rankorder v1"
@@ -43,6 +48,7 @@ class RankEntry:
     tp: int
     pp: int
     dp: int
+    cp: int = 0
 
 
 def rank_of(order: str, tp: int, pp: int, dp: int, sizes: dict[str, int]) -> int:
@@ -55,22 +61,32 @@ def rank_of(order: str, tp: int, pp: int, dp: int, sizes: dict[str, int]) -> int
     return rank
 
 
-def rank_entries(placement: Placement, order: str = "tp-dp-pp") -> list[RankEntry]:
-    """Every rank of the placement, in rank order."""
+def rank_entries(placement: Placement, order: str = "tp-dp-pp",
+                 parallelism: Parallelism | None = None) -> list[RankEntry]:
+    """Every rank of the placement, in rank order; ``parallelism``: the job's CP, EP and
+    NVLink group when the placement's shape is its equivalent (default: none)."""
     if order not in ORDERS:
         raise ArnoldError(f"unknown rank order {order!r}; use one of {', '.join(ORDERS)}")
     job = placement.job
+    par = parallelism or Parallelism.of(job)
+    if not par.plain:
+        if order != ORDERS[0]:
+            raise ArnoldError(f"rank order {order} with CP or EP: only {ORDERS[0]} "
+                              "(Megatron-Core's tp-cp-ep-dp-pp) is defined; drop --rank-order")
+        if par.shape(job.gpus_per_node) != job:
+            raise ArnoldError("the placement's shape is not the job's parallelism's")
     sizes = {"tp": job.tp, "pp": job.pp, "dp": job.dp}
-    coords: dict[int, tuple[str, int, int, int]] = {}
+    coords: dict[int, tuple[str, int, int, int, int]] = {}
     for e in placement.assignment():
         for t in range(e["tp"][0], e["tp"][1]):
-            coords[rank_of(order, t, e["pp"], e["dp"], sizes)] = (e["node"], t, e["pp"], e["dp"])
+            coords[rank_of(order, t, e["pp"], e["dp"], sizes)] = (
+                e["node"], *par.coords(t, e["pp"], e["dp"]))
     per_node: dict[str, list[int]] = {}
     for rank in sorted(coords):
         per_node.setdefault(coords[rank][0], []).append(rank)
     local = {r: i for ranks in per_node.values() for i, r in enumerate(ranks)}
-    return [RankEntry(r, coords[r][0], local[r], coords[r][1], coords[r][2], coords[r][3])
-            for r in sorted(coords)]
+    return [RankEntry(r, c[0], local[r], c[1], c[2], c[3], c[4])
+            for r, c in sorted(coords.items())]
 
 
 def master_port(placement_id: str) -> int:
@@ -79,21 +95,26 @@ def master_port(placement_id: str) -> int:
 
 
 def render(entries: list[RankEntry], placement: Placement, placement_id: str,
-           order: str = "tp-dp-pp") -> str:
+           order: str = "tp-dp-pp", parallelism: Parallelism | None = None) -> str:
     """The rank-order file's text."""
-    job = placement.job
+    par = parallelism or Parallelism.of(placement.job)
+    extra = [f"{k} {v}" for k, v in (("cp", par.cp), ("ep", par.ep)) if v > 1]
+    cp = par.cp > 1
     lines = [MAGIC, f"world_size {len(entries)}", f"master_addr {entries[0].node}",
              f"master_port {master_port(placement_id)}", f"placement_id {placement_id}",
-             f"tp {job.tp}", f"pp {job.pp}", f"dp {job.dp}", f"order {order}",
-             "# rank node local_rank tp pp dp", "ranks"]
-    lines += [f"{e.rank} {e.node} {e.local_rank} {e.tp} {e.pp} {e.dp}" for e in entries]
+             f"tp {par.tp}", f"pp {par.pp}", f"dp {par.dp}", *extra, f"order {order}",
+             "# rank node local_rank tp pp dp" + (" cp" if cp else ""), "ranks"]
+    lines += [f"{e.rank} {e.node} {e.local_rank} {e.tp} {e.pp} {e.dp}"
+              + (f" {e.cp}" if cp else "") for e in entries]
     return "\n".join(lines) + "\n"
 
 
 def write_files(directory: Path, placement: Placement, placement_id: str,
-                order: str = "tp-dp-pp", *, stem: str | None = None) -> tuple[Path, Path]:
+                order: str = "tp-dp-pp", *, stem: str | None = None,
+                parallelism: Parallelism | None = None) -> tuple[Path, Path]:
     """Write the rank-order file and a SLURM_HOSTFILE (one node per rank, in rank order);
-    returns their paths, named ``<stem>`` (default: the placement id). Written to a temporary
+    returns their paths, named ``<stem>`` (default: the placement id); ``parallelism`` as for
+    :func:`rank_entries`. Written to a temporary
     name and renamed, readable by everyone (they hold no secret and the job may run as
     another account that shares the user's files)."""
     if not re.fullmatch(r"[0-9a-f]{8,64}", placement_id):
@@ -101,11 +122,11 @@ def write_files(directory: Path, placement: Placement, placement_id: str,
     name = stem or placement_id
     if not re.fullmatch(r"[0-9a-z]{1,64}", name):
         raise ArnoldError(f"bad rank file name {name!r}")
-    entries = rank_entries(placement, order)
+    entries = rank_entries(placement, order, parallelism)
     directory.mkdir(parents=True, exist_ok=True)
     rankfile = directory / f"{name}.rankorder"
     hostfile = directory / f"{name}.hosts"
-    for path, text in ((rankfile, render(entries, placement, placement_id, order)),
+    for path, text in ((rankfile, render(entries, placement, placement_id, order, parallelism)),
                        (hostfile, "".join(f"{e.node}\n" for e in entries))):
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(text)
@@ -132,6 +153,7 @@ def parse(text: str) -> tuple[dict[str, str], list[RankEntry]]:
             key, _, value = line.partition(" ")
             header[key] = value
             continue
-        r, node, local, tp, pp, dp = line.split()
-        entries.append(RankEntry(int(r), node, int(local), int(tp), int(pp), int(dp)))
+        r, node, local, tp, pp, dp, *cp = line.split()
+        entries.append(RankEntry(int(r), node, int(local), int(tp), int(pp), int(dp),
+                                 int(cp[0]) if cp else 0))
     return header, entries

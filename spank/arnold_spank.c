@@ -348,6 +348,7 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 	    set_u32(sp, "WORLD_SIZE", hdr.world_size) || set(sp, "MASTER_ADDR", hdr.master_addr) ||
 	    set_u32(sp, "MASTER_PORT", hdr.master_port) || set_u32(sp, "ARNOLD_TP_RANK", e.tp) ||
 	    set_u32(sp, "ARNOLD_PP_RANK", e.pp) || set_u32(sp, "ARNOLD_DP_RANK", e.dp) ||
+	    set_u32(sp, "ARNOLD_CP_RANK", e.cp) || set_u32(sp, "ARNOLD_EP_RANK", e.dp % hdr.ep) ||
 	    set(sp, "ARNOLD_PLACEMENT_ID", hdr.placement_id))
 		return -1;
 	return 0;

@@ -73,9 +73,12 @@ static int parse_u32(const char *s, uint32_t max, uint32_t *out)
 	return 0;
 }
 
-enum { H_WORLD, H_ADDR, H_PORT, H_ID, H_TP, H_PP, H_DP, H_ORDER, H_COUNT };
+/* Headers before H_REQUIRED must each appear once; cp and ep may (1 when absent). */
+enum { H_WORLD, H_ADDR, H_PORT, H_ID, H_TP, H_PP, H_DP, H_ORDER, H_REQUIRED,
+       H_CP = H_REQUIRED, H_EP, H_COUNT };
 static const char *const header_keys[H_COUNT] = {
-	"world_size", "master_addr", "master_port", "placement_id", "tp", "pp", "dp", "order"
+	"world_size", "master_addr", "master_port", "placement_id", "tp", "pp", "dp", "order",
+	"cp", "ep"
 };
 
 int arnold_rankorder_lookup(const char *buf, size_t len, const char *node,
@@ -92,6 +95,7 @@ int arnold_rankorder_lookup(const char *buf, size_t len, const char *node,
 
 	memset(hdr, 0, sizeof(*hdr));
 	memset(out, 0, sizeof(*out));
+	hdr->cp = hdr->ep = 1;
 	err->line = 0;
 	err->message[0] = '\0';
 	if (len > ARNOLD_MAX_FILE)
@@ -126,7 +130,7 @@ int arnold_rankorder_lookup(const char *buf, size_t len, const char *node,
 		}
 		if (line[0] == '#')
 			continue;
-		ntok = split(line, tok, 6);
+		ntok = split(line, tok, 7);
 		if (ntok < 0)
 			return fail(err, lineno, "too many fields");
 		if (ntok == 0)
@@ -136,12 +140,18 @@ int arnold_rankorder_lookup(const char *buf, size_t len, const char *node,
 			int k;
 
 			if (ntok == 1 && strcmp(tok[0], "ranks") == 0) {
-				for (k = 0; k < H_COUNT; k++)
+				for (k = 0; k < H_REQUIRED; k++)
 					if (!seen[k])
 						return fail(err, lineno, "header %s missing before ranks",
 							    header_keys[k]);
-				if ((uint64_t)hdr->tp * hdr->pp * hdr->dp != hdr->world_size)
-					return fail(err, lineno, "world_size is not tp x pp x dp");
+				/* Each factor is at most 2^20, so four of them could overflow 64
+				 * bits: stop as soon as a partial product exceeds the rank limit. */
+				if ((uint64_t)hdr->tp * hdr->cp > ARNOLD_MAX_RANKS ||
+				    (uint64_t)hdr->tp * hdr->cp * hdr->pp > ARNOLD_MAX_RANKS ||
+				    (uint64_t)hdr->tp * hdr->cp * hdr->pp * hdr->dp != hdr->world_size)
+					return fail(err, lineno, "world_size is not tp x cp x pp x dp");
+				if (hdr->dp % hdr->ep)
+					return fail(err, lineno, "ep does not divide dp");
 				in_ranks = 1;
 				continue;
 			}
@@ -168,8 +178,11 @@ int arnold_rankorder_lookup(const char *buf, size_t len, const char *node,
 				break;
 			case H_TP:
 			case H_PP:
-			case H_DP: {
-				uint32_t *dst = k == H_TP ? &hdr->tp : k == H_PP ? &hdr->pp : &hdr->dp;
+			case H_DP:
+			case H_CP:
+			case H_EP: {
+				uint32_t *dst = k == H_TP ? &hdr->tp : k == H_PP ? &hdr->pp :
+						k == H_DP ? &hdr->dp : k == H_CP ? &hdr->cp : &hdr->ep;
 				if (parse_u32(tok[1], ARNOLD_MAX_GROUP, dst) || *dst == 0)
 					return fail(err, lineno, "bad %s", header_keys[k]);
 				break;
@@ -185,12 +198,16 @@ int arnold_rankorder_lookup(const char *buf, size_t len, const char *node,
 			continue;
 		}
 
-		/* rank node local_rank tp pp dp */
+		/* rank node local_rank tp pp dp [cp] */
 		{
 			struct arnold_entry e;
 
-			if (ntok != 6)
+			if (hdr->cp > 1 && ntok != 7)
+				return fail(err, lineno,
+					    "expected \"rank node local_rank tp pp dp cp\"");
+			if (hdr->cp == 1 && ntok != 6)
 				return fail(err, lineno, "expected \"rank node local_rank tp pp dp\"");
+			e.cp = 0;
 			if (next_rank >= hdr->world_size)
 				return fail(err, lineno, "more ranks than world_size %u",
 					    hdr->world_size);
@@ -206,6 +223,8 @@ int arnold_rankorder_lookup(const char *buf, size_t len, const char *node,
 				return fail(err, lineno, "pp rank outside 0..%u", hdr->pp - 1);
 			if (parse_u32(tok[5], hdr->dp - 1, &e.dp))
 				return fail(err, lineno, "dp rank outside 0..%u", hdr->dp - 1);
+			if (ntok == 7 && parse_u32(tok[6], hdr->cp - 1, &e.cp))
+				return fail(err, lineno, "cp rank outside 0..%u", hdr->cp - 1);
 			next_rank++;
 			if (e.local_rank == local_rank && strcmp(tok[1], node) == 0) {
 				if (found)

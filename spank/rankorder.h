@@ -19,6 +19,7 @@
 struct arnold_header {
 	uint32_t world_size;
 	uint32_t tp, pp, dp;
+	uint32_t cp, ep; /* optional headers; 1 when absent */
 	uint32_t master_port;
 	char master_addr[ARNOLD_MAX_NAME + 1];
 	char placement_id[ARNOLD_MAX_NAME + 1];
@@ -27,6 +28,7 @@ struct arnold_header {
 
 struct arnold_entry {
 	uint32_t rank, local_rank, tp, pp, dp;
+	uint32_t cp; /* the seventh column when the header says cp > 1; else 0 */
 };
 
 struct arnold_error {

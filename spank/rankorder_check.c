@@ -37,8 +37,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	printf("RANK=%u LOCAL_RANK=%u WORLD_SIZE=%u MASTER_ADDR=%s MASTER_PORT=%u "
-	       "ARNOLD_TP_RANK=%u ARNOLD_PP_RANK=%u ARNOLD_DP_RANK=%u ARNOLD_PLACEMENT_ID=%s\n",
+	       "ARNOLD_TP_RANK=%u ARNOLD_PP_RANK=%u ARNOLD_DP_RANK=%u ARNOLD_CP_RANK=%u "
+	       "ARNOLD_EP_RANK=%u ARNOLD_PLACEMENT_ID=%s\n",
 	       e.rank, e.local_rank, hdr.world_size, hdr.master_addr, hdr.master_port, e.tp, e.pp,
-	       e.dp, hdr.placement_id);
+	       e.dp, e.cp, e.dp % hdr.ep, hdr.placement_id);
 	return 0;
 }

@@ -260,3 +260,95 @@ def test_a_users_segment_must_split_the_placement_in_every_domain() -> None:
     tree_only = parse_topology_yaml(YAML[:YAML.index("- topology: nvl")])
     assert segment_args(place(tree_only, free, JobShape(tp=8, pp=1, dp=3, gpus_per_node=4),
                               algo="mip", alpha=0.5), tree_only, None) == []
+
+
+@pytest.mark.parametrize(("tp", "cp", "ep", "nvlink"), [
+    (4, 1, 4, "tp-ep"),   # 16 ranks: 4 nodes of one rack hold 4 replicas of a stage
+    (2, 1, 4, "tp-ep"),   # 8 ranks: 2 nodes
+    (4, 2, 1, "tp-cp"),   # 8 ranks: 2 nodes
+    (2, 2, 2, "tp-cp"),   # 4 ranks: one node; EP over DP replicas, not in the group
+    (8, 2, 2, "tp"),      # the TP group (2 nodes) in a rack; CP peers count as DP
+])
+def test_nvlink_groups_of_tp_x_ep_and_tp_x_cp_stay_in_one_domain(
+        tmp_path: Path, rankorder_check: Path, tp: int, cp: int, ep: int, nvlink: str) -> None:
+    import subprocess
+
+    from slurm_arnold.placement import Parallelism
+
+    conf = tmp_path / "topology.conf"
+    conf.write_text(BLOCK_CONF)
+    topo = read_topology_file(str(conf))
+    # Racks fragmented unevenly: 7, 11, 5, 16 and 9 nodes free.
+    free = [n for i, n in enumerate(topo.nodes)
+            if i % 18 < (7, 11, 5, 16, 9)[i // 18]]
+    par = Parallelism.sized(tp, 2, None, 32, 4, cp=cp, ep=ep, nvlink=nvlink)
+    placement = place(topo, free, par.shape(4), algo="mip", alpha=0.5)
+    rankfile, _ = write_files(tmp_path, placement, "0123abcd", parallelism=par)
+    header, entries = parse_rankorder(rankfile.read_text())
+    assert int(header["tp"]) == tp and int(header["dp"]) == par.dp
+    assert header.get("cp", "1") == str(cp) and header.get("ep", "1") == str(ep)
+    assert sorted(e.rank for e in entries) == list(range(par.gpus))
+    groups: dict[tuple[int, ...], set[str]] = {}
+    for e in entries:
+        # Megatron-Core's order tp-cp-ep-dp-pp, EP splitting DP.
+        assert e.rank == e.tp + tp * (e.cp + cp * (e.dp + par.dp * e.pp))
+        key = {"tp": (e.pp, e.dp, e.cp), "tp-cp": (e.pp, e.dp),
+               "tp-ep": (e.pp, e.dp // ep)}[nvlink]
+        groups.setdefault(key, set()).add(e.node)
+    assert all(len({topo.domain_of(n) for n in nodes}) == 1 for nodes in groups.values())
+    assert all(len(nodes) == max(1, par.group // 4) for nodes in groups.values())
+    # The plugin's parser reads the same ranks, CP and EP included.
+    for e in entries[::7]:
+        out = subprocess.run([str(rankorder_check), str(rankfile), e.node, str(e.local_rank)],
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout
+        fields = dict(f.split("=") for f in out.stdout.split())
+        assert (fields["RANK"], fields["ARNOLD_CP_RANK"], fields["ARNOLD_EP_RANK"]) == (
+            str(e.rank), str(e.cp), str(e.dp % ep))
+
+
+def test_bad_parallelism_is_one_line(tmp_path: Path) -> None:
+    conf = tmp_path / "topology.conf"
+    conf.write_text(BLOCK_CONF)
+    base = ["place", "--topology", str(conf), "--gpus-per-node", "4", "--pp", "2",
+            "--nodes", "32"]
+    for extra, needle in (
+            (["--tp", "4", "--cp", "2", "--ep", "2", "--nvlink-group", "tp-ep"],
+             "would make the group TP x CP x EP"),
+            (["--tp", "2", "--ep", "3", "--nvlink-group", "tp-ep"], "EP=3 does not divide"),
+            (["--tp", "4", "--cp", "3"], "is not a multiple of TP x CP x PP"),
+            (["--tp", "2", "--ep", "3", "--dp", "6", "--nvlink-group", "tp-ep", "--nodes", "6"],
+             "the NVLink group TP x EP = 6 is not a multiple of the 4 GPUs")):
+        result = CliRunner().invoke(main, [*base[:-2], *extra] if "--dp" in extra
+                                    else [*base, *extra])
+        assert result.exit_code == 1, (extra, result.output)
+        assert needle in result.output and result.output.count("\n") == 1, result.output
+
+
+def test_the_c_parser_checks_cp_and_ep(tmp_path: Path, rankorder_check: Path) -> None:
+    import subprocess
+
+    from slurm_arnold.placement import Parallelism
+
+    conf = tmp_path / "topology.conf"
+    conf.write_text(BLOCK_CONF)
+    topo = read_topology_file(str(conf))
+    par = Parallelism(4, 1, 4, cp=2, ep=2, nvlink="tp-cp")
+    placement = place(topo, topo.nodes, par.shape(4), algo="mip", alpha=0.5)
+    rankfile, _ = write_files(tmp_path, placement, "0123abcd", parallelism=par)
+    text = rankfile.read_text()
+    lines = text.splitlines()
+    first = lines.index("ranks") + 1
+    node, local = lines[first].split()[1:3]
+    no_cp = [*lines[:first], " ".join(lines[first].split()[:6]), *lines[first + 1:]]
+    cp_range = [*lines[:first], " ".join([*lines[first].split()[:6], "2"]), *lines[first + 1:]]
+    for name, body, needle in (
+            ("no-cp", "\n".join(no_cp) + "\n", "expected \"rank node local_rank tp pp dp cp\""),
+            ("cp-range", "\n".join(cp_range) + "\n", "cp rank outside 0..1"),
+            ("ep", text.replace("\nep 2\n", "\nep 3\n"), "ep does not divide dp"),
+            ("world", text.replace("\ncp 2\n", "\n"), "not tp x cp x pp x dp")):
+        path = tmp_path / f"{name}.rankorder"
+        path.write_text(body)
+        out = subprocess.run([str(rankorder_check), str(path), node, local],
+                             capture_output=True, text=True)
+        assert out.returncode == 1 and needle in out.stdout, (name, out.stdout)

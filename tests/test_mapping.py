@@ -210,3 +210,41 @@ def test_the_prolog_wrapper_reaches_the_slurm_it_was_made_for(tmp_path: Path) ->
         assert marker.exists() == reached
         if reached:
             assert marker.read_text().split(":")[0] == str(commands)
+
+
+def test_arnold_lines_carry_cp_ep_and_the_nvlink_group() -> None:
+    wanted = wanted_from_script("#!/bin/sh\n#ARNOLD --tp 4 --pp 2 --cp 2 --ep 4\n"
+                                "#ARNOLD --nvlink-group tp-cp\n")
+    assert wanted is not None
+    assert (wanted.cp, wanted.ep, wanted.nvlink) == (2, 4, "tp-cp")
+    plain = wanted_from_script(SCRIPT)
+    assert plain is not None and (plain.cp, plain.ep, plain.nvlink) == (1, 1, "tp")
+    with pytest.raises(ArnoldError, match="--cp 'two' is not a positive whole number"):
+        wanted_from_script("#!/bin/sh\n#ARNOLD --tp 4 --pp 2 --cp two\n")
+
+
+def test_a_spec_keeps_cp_ep_and_reads_old_specs_as_plain(tmp_path: Path) -> None:
+    import json
+    from dataclasses import asdict
+
+    from site_config import load_config
+    from slurm_arnold.submit.spec import BadSpec, JobSpec, read_spec, spec_path
+
+    config = load_config({"state_dir": str(tmp_path / "state"),
+                          "jobs_dir": str(tmp_path / "jobs")})
+    user, uid = "me", os.getuid()
+    spec = JobSpec(7, user, "0123abcd", 4, 2, 4, 8, 0.5, "mip", "tp-dp-pp", cp=2, ep=2,
+                   nvlink="tp-cp")
+    path = spec_path(config, user, 7)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(asdict(spec)))
+    path.chmod(0o644)
+    read = read_spec(config, user, uid, 7, nodes=8)  # 4 x 2 x 2 x 4 = 64 GPUs = 8 nodes
+    assert read == spec and read is not None and read.shape.tp == 8  # TP x CP units
+    old = {k: v for k, v in asdict(spec).items() if k not in ("cp", "ep", "nvlink")}
+    path.write_text(json.dumps(old))
+    read = read_spec(config, user, uid, 7, nodes=4)
+    assert read is not None and (read.cp, read.ep, read.nvlink) == (1, 1, "tp")
+    path.write_text(json.dumps(asdict(spec) | {"ep": 3}))
+    with pytest.raises(BadSpec, match="EP=3 does not divide DP=4"):
+        read_spec(config, user, uid, 7)

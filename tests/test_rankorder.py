@@ -65,7 +65,7 @@ def test_c_parser_agrees_with_the_python_writer(rankorder_check: Path,
             f"RANK={e.rank}", f"LOCAL_RANK={e.local_rank}", f"WORLD_SIZE={len(entries)}",
             f"MASTER_ADDR={header['master_addr']}", f"MASTER_PORT={header['master_port']}",
             f"ARNOLD_TP_RANK={e.tp}", f"ARNOLD_PP_RANK={e.pp}", f"ARNOLD_DP_RANK={e.dp}",
-            "ARNOLD_PLACEMENT_ID=feedc0de00000001"]
+            "ARNOLD_CP_RANK=0", "ARNOLD_EP_RANK=0", "ARNOLD_PLACEMENT_ID=feedc0de00000001"]
 
 
 def _mutations(lines: list[str]) -> list[tuple[str, str, str]]:
@@ -101,7 +101,7 @@ def _mutations(lines: list[str]) -> list[tuple[str, str, str]]:
         ("empty", "", "empty file"),
         ("nul", body.replace("ranks", "ra\0nks"), "control character"),
         ("unknown-header", body.replace("placement_id", "placement_idx"), "unknown header"),
-        ("world-mismatch", body.replace("\ntp 4\n", "\ntp 2\n"), "not tp x pp x dp"),
+        ("world-mismatch", body.replace("\ntp 4\n", "\ntp 2\n"), "not tp x cp x pp x dp"),
         ("dup-local", "\n".join(dup) + "\n", ""),
         ("number", body.replace("master_port ", "master_port 0"), "bad master_port"),
     ]

@@ -276,3 +276,32 @@ def test_model_plans_the_layout_when_tp_and_pp_are_not_given(slurm: Slurm,
     missing = arnold_sbatch("-N", "4", "--model", "gpt-1.7b", "--wrap", "true")
     assert missing.returncode == 1
     assert "--model needs -N (nodes) and --global-batch" in missing.stderr
+
+
+def test_context_and_expert_parallel_ranks_from_the_plugin(slurm: Slurm,
+                                                           tmp_path: Path) -> None:
+    # TP 4 x CP 2 as the NVLink group (one 8-GPU node), EP 2 over DP 2, PP 2: 32 ranks.
+    path = tmp_path / "cp.sh"
+    path.write_text(f"""#!/bin/bash
+#SBATCH -N 4 --ntasks-per-node=8 --gpus-per-node=8 --exclusive -t 5
+#SBATCH -o {tmp_path}/out-%j.txt
+#ARNOLD --tp 4 --cp 2 --ep 2 --pp 2 --nvlink-group tp-cp
+srun --arnold-rankfile=auto bash -c 'echo "$SLURMD_NODENAME $RANK $ARNOLD_TP_RANK \
+$ARNOLD_CP_RANK $ARNOLD_DP_RANK $ARNOLD_PP_RANK $ARNOLD_EP_RANK"'
+""")
+    proc = arnold_sbatch("--parsable", str(path))
+    assert proc.returncode == 0, proc.stderr
+    job_id = int(proc.stdout)
+    assert wait_for_job(slurm, job_id) == "COMPLETED"
+    record = next(r for r in jobs_json() if r["slurm_job_id"] == job_id)
+    header, _ = parse(Path(str(record["rankfile"])).read_text())
+    assert (header["tp"], header["cp"], header["ep"], header["dp"]) == ("4", "2", "2", "2")
+    lines = [ln.split() for ln in (tmp_path / f"out-{job_id}.txt").read_text().splitlines()
+             if ln.strip()]
+    assert sorted(int(f[1]) for f in lines) == list(range(32))
+    groups: dict[tuple[int, int], set[str]] = {}
+    for node, rank, tp, cp, dp, pp, ep in ([f[0], *map(int, f[1:])] for f in lines):
+        assert rank == tp + 4 * (cp + 2 * (dp + 2 * pp))  # Megatron-Core's tp-cp-ep-dp-pp
+        assert ep == dp % 2
+        groups.setdefault((pp, dp), set()).add(str(node))
+    assert len(groups) == 4 and all(len(nodes) == 1 for nodes in groups.values())

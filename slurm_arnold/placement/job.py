@@ -86,3 +86,110 @@ class JobShape:
     def gpus(self) -> int:
         """GPUs the job uses."""
         return self.tp * self.pp * self.dp
+
+
+#: Which ranks must share one NVLink domain: the TP group, TP x CP or TP x EP.
+NVLINK_GROUPS = ("tp", "tp-cp", "tp-ep")
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """A job's ranks beyond TP x PP x DP, in Megatron-Core's order ``tp-cp-ep-dp-pp``.
+
+    RANK = tp + TP*(cp + CP*(dp + DP*pp)); expert parallelism splits the DP replicas into
+    groups of EP consecutive ones (ep = dp mod EP). ``nvlink`` names the group that must stay
+    in one NVLink domain (one node when it fits in one). Placement sees an equivalent
+    ``JobShape`` whose unit is that group and whose ranks, in the default order, are the
+    same numbers (:meth:`shape`, :meth:`coords`):
+
+    - ``tp``: units are TP groups; CP peers count as DP (a row is a stage's DP x CP ranks,
+      the group its gradients are reduced over);
+    - ``tp-cp``: units are TP x CP ranks of one stage of one replica;
+    - ``tp-ep``: units are TP x EP ranks, EP consecutive replicas of one stage (CP = 1).
+    """
+
+    tp: int
+    pp: int
+    dp: int
+    cp: int = 1
+    ep: int = 1
+    nvlink: str = "tp"
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "dp", "cp", "ep"):
+            if getattr(self, name) < 1:
+                raise InfeasibleError(f"--{name} must be at least 1")
+        if self.nvlink not in NVLINK_GROUPS:
+            raise InfeasibleError(f"--nvlink-group {self.nvlink}: use one of "
+                                  f"{', '.join(NVLINK_GROUPS)}")
+        if self.dp % self.ep:
+            raise InfeasibleError(f"EP={self.ep} does not divide DP={self.dp}: expert groups "
+                                  "are made of whole DP replicas; change --ep or the job's size")
+        if self.nvlink == "tp-ep" and self.cp > 1:
+            raise InfeasibleError("--nvlink-group tp-ep with --cp above 1 would make the group "
+                                  "TP x CP x EP; use --nvlink-group tp-cp or --cp 1")
+
+    @property
+    def plain(self) -> bool:
+        """No CP, no EP, TP as the NVLink group: the shape is the job itself."""
+        return self.cp == 1 and self.ep == 1 and self.nvlink == "tp"
+
+    @property
+    def group(self) -> int:
+        """Ranks of the NVLink group."""
+        return self.tp * {"tp": 1, "tp-cp": self.cp, "tp-ep": self.ep}[self.nvlink]
+
+    @property
+    def gpus(self) -> int:
+        """Ranks (GPUs) of the job."""
+        return self.tp * self.cp * self.pp * self.dp
+
+    def shape(self, gpus_per_node: int) -> JobShape:
+        """The placement's matrix: units are NVLink groups (see the class docstring)."""
+        g, group = gpus_per_node, self.group
+        if not self.plain:
+            what = {"tp": "TP", "tp-cp": "TP x CP", "tp-ep": "TP x EP"}[self.nvlink]
+            if group < g and g % group:
+                raise InfeasibleError(f"the NVLink group {what} = {group} does not divide the "
+                                      f"{g} GPUs of a node; change --tp, --cp or --ep")
+            if group > g and group % g:
+                raise InfeasibleError(f"the NVLink group {what} = {group} is not a multiple "
+                                      f"of the {g} GPUs of a node; change --tp, --cp or --ep")
+        if self.nvlink == "tp":
+            return JobShape(self.tp, self.pp, self.dp * self.cp, g)
+        if self.nvlink == "tp-cp":
+            return JobShape(self.tp * self.cp, self.pp, self.dp, g)
+        return JobShape(self.tp * self.ep, self.pp, self.dp // self.ep, g)
+
+    def coords(self, tp: int, pp: int, dp: int) -> tuple[int, int, int, int]:
+        """(tp, pp, dp, cp) of the rank at the shape's coordinates (tp, pp, dp)."""
+        if self.nvlink == "tp":
+            return tp, pp, dp // self.cp, dp % self.cp
+        if self.nvlink == "tp-cp":
+            return tp % self.tp, pp, dp, tp // self.tp
+        return tp % self.tp, pp, dp * self.ep + tp // self.tp, 0
+
+    @classmethod
+    def of(cls, job: JobShape) -> Parallelism:
+        """The plain parallelism of a shape (no CP, no EP)."""
+        return cls(job.tp, job.pp, job.dp)
+
+    @classmethod
+    def sized(cls, tp: int, pp: int, dp: int | None, nodes: int | None, gpus_per_node: int, *,
+              cp: int = 1, ep: int = 1, nvlink: str = "tp") -> Parallelism:
+        """DP given, or DP = nodes * g / (TP * CP * PP); an error when that is not whole."""
+        if dp is None:
+            total = (nodes or 0) * gpus_per_node
+            if total < 1 or total % (tp * cp * pp):
+                raise InfeasibleError(
+                    f"{nodes} nodes x {gpus_per_node} GPUs = {total} GPUs is not a multiple of "
+                    f"TP x CP x PP = {tp} x {cp} x {pp} = {tp * cp * pp}; change --nodes, --tp, "
+                    "--cp or --pp")
+            dp = total // (tp * cp * pp)
+        return cls(tp, pp, dp, cp, ep, nvlink)
+
+    def as_json(self) -> dict[str, int | str]:
+        """``arnold place --json``'s ``parallelism``: the job's own sizes, its NVLink group
+        and that group's GPUs (the placement's ``assignment`` is in the equivalent shape)."""
+        return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "cp": self.cp, "ep": self.ep,
+                "nvlink_group": self.nvlink, "group_gpus": self.group}

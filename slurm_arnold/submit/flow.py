@@ -30,7 +30,7 @@ import hostlist
 from site_config import NetworkTiers, SiteConfig
 from slurm_arnold.cluster import ClusterView, live_cluster, slurm_choice
 from slurm_arnold.errors import ArnoldError, InfeasibleError
-from slurm_arnold.placement import JobShape, Placement, place
+from slurm_arnold.placement import NVLINK_GROUPS, JobShape, Parallelism, Placement, place
 from slurm_arnold.placement.align import alpha_from_model
 from slurm_arnold.placement.engine import ALGOS, check_alpha, place_from_node_list
 from slurm_arnold.rankorder import ORDERS, write_files
@@ -151,9 +151,11 @@ def taken_by_queue(jobs: list[JobInfo]) -> set[str]:
 class NotFreeNow(InfeasibleError):
     """Too few free nodes for the job now (a large job is then planned on reserved nodes)."""
 
-    def __init__(self, job: JobShape, alpha: float, algo: str, message: str) -> None:
+    def __init__(self, job: JobShape, alpha: float, algo: str, message: str,
+                 parallelism: Parallelism | None = None) -> None:
         super().__init__(message)
         self.job, self.alpha, self.algo = job, alpha, algo
+        self.parallelism = parallelism or Parallelism.of(job)
 
 
 def plan_queued(config: SiteConfig, slurm: Slurm, short: NotFreeNow) -> Placement:
@@ -272,8 +274,9 @@ def layout_from_model(request: Request, view: ClusterView, config: SiteConfig) -
 
 def plan(request: Request, view: ClusterView, free: set[str], slurm: Slurm,
          network: NetworkTiers | None = None,
-         micro_batch: int = 1) -> tuple[JobShape, Placement, str]:
-    """The job's shape and placement; raises ``InfeasibleError`` with the user's choices.
+         micro_batch: int = 1) -> tuple[Parallelism, Placement, str]:
+    """The job's parallelism and placement (of its shape, ``Parallelism.shape``); raises
+    ``InfeasibleError`` with the user's choices.
     ``network`` and ``micro_batch`` let ``--align auto`` price a ``--model`` job's traffic."""
     ours, sb = request.ours, request.sbatch
     tp = _int_option(ours.get("tp"), "--tp")
@@ -285,18 +288,13 @@ def plan(request: Request, view: ClusterView, free: set[str], slurm: Slurm,
     g = _gpus_per_node(sb) or view.common_gpus(free or view.nodes)
     nodes = _nodes_option(sb.get("nodes"))
     dp = _int_option(ours.get("dp"), "--dp")
-    if dp is not None:
-        job = JobShape(tp, pp, dp, g)
-        if nodes is not None and nodes != job.nodes:
-            raise ArnoldError(f"-N {nodes} but TP x PP x DP = {tp} x {pp} x {dp} = {job.gpus} "
-                              f"GPUs is {job.nodes} nodes of {g} GPUs; drop -N or --dp")
-    elif nodes is not None:
-        if (nodes * g) % (tp * pp):
-            raise ArnoldError(f"DP = N x g / (TP x PP) = {nodes} x {g} / ({tp} x {pp}) is not a "
-                              "whole number; change -N, --tp or --pp")
-        job = JobShape.from_nodes(nodes, tp, pp, g)
-    else:
+    if dp is None and nodes is None:
         raise ArnoldError("give -N (nodes) or --dp so the job's size is known")
+    par = request_parallelism(ours, tp, pp, dp, nodes, g)
+    job = par.shape(g)
+    if dp is not None and nodes is not None and nodes != job.nodes:
+        raise ArnoldError(f"-N {nodes} but TP x CP x PP x DP = {tp} x {par.cp} x {pp} x {dp} = "
+                          f"{job.gpus} GPUs is {job.nodes} nodes of {g} GPUs; drop -N or --dp")
     alpha_text = ours.get("alpha")
     align = ours.get("align")
     if align not in (None, "auto"):
@@ -305,7 +303,7 @@ def plan(request: Request, view: ClusterView, free: set[str], slurm: Slurm,
     if align == "auto" and alpha_text is None and "model" in ours and batch is not None \
             and network is not None:
         # The planner's cost model says how much each kind of traffic weighs.
-        alpha = alpha_from_model(ours["model"], batch, tp=tp, pp=pp, dp=job.dp,
+        alpha = alpha_from_model(ours["model"], batch, tp=tp, pp=pp, dp=par.dp * par.cp,
                                  micro_batch=micro_batch, network=network)
         log.info("--align auto: alpha %.4f from %s's DP and PP traffic", alpha, ours["model"])
     elif align == "auto" and alpha_text is None:
@@ -323,11 +321,26 @@ def plan(request: Request, view: ClusterView, free: set[str], slurm: Slurm,
     if len(free) < job.nodes:
         raise NotFreeNow(job, alpha, algo,
                          f"{job.nodes} nodes needed, {len(free)} free now"
-                         f"{' in partition ' + view.partition if view.partition else ''}")
+                         f"{' in partition ' + view.partition if view.partition else ''}", par)
     if algo == "slurm":
         chosen = slurm_choice(slurm, view, job.nodes)
-        return job, place_from_node_list("slurm", chosen, view.topology, job, alpha), algo
-    return job, place(view.topology, free, job, algo=algo, alpha=alpha), algo
+        return par, place_from_node_list("slurm", chosen, view.topology, job, alpha), algo
+    return par, place(view.topology, free, job, algo=algo, alpha=alpha), algo
+
+
+def request_parallelism(ours: Mapping[str, str], tp: int, pp: int, dp: int | None,
+                        nodes: int | None, g: int) -> Parallelism:
+    """The job's ``--cp``, ``--ep`` and ``--nvlink-group`` around TP, PP and DP (DP from the
+    nodes when not given)."""
+    nvlink = ours.get("nvlink-group", "tp")
+    if nvlink not in NVLINK_GROUPS:
+        raise ArnoldError(f"--nvlink-group {nvlink}: use one of {', '.join(NVLINK_GROUPS)}")
+    cp = _int_option(ours.get("cp"), "--cp") or 1
+    if dp is None and nodes is not None and (nodes * g) % (tp * cp * pp):
+        raise ArnoldError(f"DP = N x g / (TP x CP x PP) = {nodes} x {g} / ({tp} x {cp} x {pp}) "
+                          "is not a whole number; change -N, --tp, --cp or --pp")
+    return Parallelism.sized(tp, pp, dp, nodes, g, cp=cp,
+                             ep=_int_option(ours.get("ep"), "--ep") or 1, nvlink=nvlink)
 
 
 def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
@@ -349,7 +362,7 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
     if order not in ORDERS:
         raise ArnoldError(f"--rank-order {order}: use one of {', '.join(ORDERS)}")
     # Numbers are checked before the cluster is read or the site lock taken.
-    for name in ("tp", "pp", "dp", "global-batch"):
+    for name in ("tp", "pp", "dp", "cp", "ep", "global-batch"):
         _int_option(request.ours.get(name), f"--{name}")
     db = open_user_db(config)
     rank_dir = user_subdir(config, "rankorder")
@@ -364,7 +377,7 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
             planned = layout_from_model(request, view, config)
         free = narrow_free(view, request.sbatch, taken_by_queue(slurm.jobs(unfinished=True)))
         try:
-            job, placement, algo = plan(
+            par, placement, algo = plan(
                 request, view, free, slurm, config.network,
                 int(planned.get("ARNOLD_PLAN_MICRO_BATCH", "1")))
             queued = False
@@ -372,12 +385,14 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
             if short.algo == "slurm":
                 log.info("%s; queued for Slurm to choose (--placement=slurm)", short)
                 return _run_sbatch(_plain_argv(request), request, out, None)
-            job, algo, queued = short.job, short.algo, True
+            par, algo, queued = short.parallelism, short.algo, True
             placement = plan_queued(config, slurm, short)
+        job = placement.job
         segment = segment_args(placement, view.topology,
                                _int_option(request.sbatch.get("segment"), "--segment"))
         placement_id = secrets.token_hex(8)
-        rankfile, hostfile = write_files(rank_dir, placement, placement_id, order)
+        rankfile, hostfile = write_files(rank_dir, placement, placement_id, order,
+                                         parallelism=par)
         log.info("%s %s (%s): DP spread %d, PP spread %d minipods; placement %s",
                  "planned on" if queued else "placed on",
                  hostlist.collect_hostlist(placement.nodes()), algo,
@@ -403,7 +418,8 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
             extra.append("--export=" + ",".join([export, *(f"{k}={v}" for k, v in env.items())]))
         record = {
             "user": caller(), "status": "submitting", "rankfile": str(rankfile),
-            "spec": json.dumps({"tp": job.tp, "pp": job.pp, "dp": job.dp,
+            "spec": json.dumps({"tp": par.tp, "pp": par.pp, "dp": par.dp, "cp": par.cp,
+                                "ep": par.ep, "nvlink_group": par.nvlink,
                                 "gpus_per_node": job.gpus_per_node, "alpha": placement.alpha,
                                 "placement": algo, "rank_order": order, "argv": argv}),
             "placement": json.dumps(placement.as_json() | {
@@ -423,9 +439,10 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
     job_id = stored["slurm_job_id"] if stored else None
     if job_id:
         write_spec(config, JobSpec(
-            int(job_id), caller(), placement_id, job.tp, job.pp, job.dp, job.gpus_per_node,
+            int(job_id), caller(), placement_id, par.tp, par.pp, par.dp, job.gpus_per_node,
             placement.alpha, algo, order, request.sbatch.get("partition") or config.partition,
-            **{k: request.sbatch.get(k) for k in ("exclude", "nodelist", "constraint")}))
+            **{k: request.sbatch.get(k) for k in ("exclude", "nodelist", "constraint")},
+            cp=par.cp, ep=par.ep, nvlink=par.nvlink))
     if code == 0 and job_id:
         after_submit(config, slurm, int(job_id), queued=queued, gpus=job.gpus)
     return code

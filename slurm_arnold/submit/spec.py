@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from site_config import SiteConfig
-from slurm_arnold.placement import JobShape
+from slurm_arnold.errors import InfeasibleError
+from slurm_arnold.placement import NVLINK_GROUPS, JobShape, Parallelism
 from slurm_arnold.placement.engine import OFFLINE_ALGOS
 from slurm_arnold.rankorder import ORDERS
 from slurm_arnold.site_state import FILE_MODE, USER_DIR_MODE, make_dir, user_dir
@@ -44,11 +45,19 @@ class JobSpec:
     exclude: str | None = None
     nodelist: str | None = None
     constraint: str | None = None
+    cp: int = 1
+    ep: int = 1
+    nvlink: str = "tp"
+
+    @property
+    def parallelism(self) -> Parallelism:
+        """The job's TP, PP, DP, CP, EP and NVLink group."""
+        return Parallelism(self.tp, self.pp, self.dp, self.cp, self.ep, self.nvlink)
 
     @property
     def shape(self) -> JobShape:
-        """The job's TP x PP x DP matrix on its nodes."""
-        return JobShape(self.tp, self.pp, self.dp, self.gpus_per_node)
+        """The matrix placed on its nodes (``Parallelism.shape``)."""
+        return self.parallelism.shape(self.gpus_per_node)
 
     def narrowing(self) -> dict[str, str]:
         """The sbatch options that narrow where it may run (``submit.flow.narrow_free``)."""
@@ -102,8 +111,12 @@ def read_spec(config: SiteConfig, user: str, uid: int, job_id: int,
     spec = _validated(doc, path)
     if spec.job_id != job_id or spec.user != user:
         raise BadSpec(f"{path}: describes job {spec.job_id} of {spec.user}")
-    if nodes is not None and spec.shape.nodes != nodes:
-        raise BadSpec(f"{path}: TP x PP x DP is {spec.shape.nodes} nodes, Slurm says {nodes}")
+    try:
+        shape = spec.shape
+    except InfeasibleError as exc:
+        raise BadSpec(f"{path}: {exc}") from None
+    if nodes is not None and shape.nodes != nodes:
+        raise BadSpec(f"{path}: TP x CP x PP x DP is {shape.nodes} nodes, Slurm says {nodes}")
     return spec
 
 
@@ -139,4 +152,7 @@ def _validated(doc: Any, path: Path) -> JobSpec:
         partition=text("partition", r"[\w.\-]{1,64}", optional=True),
         exclude=text("exclude", hostexpr, optional=True),
         nodelist=text("nodelist", hostexpr, optional=True),
-        constraint=text("constraint", r"[\w.&|\-]{1,256}", optional=True))
+        constraint=text("constraint", r"[\w.&|\-]{1,256}", optional=True),
+        # Specs written before CP and EP existed have neither: plain TP x PP x DP.
+        cp=whole("cp") if "cp" in doc else 1, ep=whole("ep") if "ep" in doc else 1,
+        nvlink=str(text("nvlink", "|".join(NVLINK_GROUPS), optional=True) or "tp"))
