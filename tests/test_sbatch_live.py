@@ -300,8 +300,9 @@ $ARNOLD_CP_RANK $ARNOLD_DP_RANK $ARNOLD_PP_RANK $ARNOLD_EP_RANK"'
              if ln.strip()]
     assert sorted(int(f[1]) for f in lines) == list(range(32))
     groups: dict[tuple[int, int], set[str]] = {}
-    for node, rank, tp, cp, dp, pp, ep in ([f[0], *map(int, f[1:])] for f in lines):
+    for node, *numbers in lines:
+        rank, tp, cp, dp, pp, ep = map(int, numbers)
         assert rank == tp + 4 * (cp + 2 * (dp + 2 * pp))  # Megatron-Core's tp-cp-ep-dp-pp
         assert ep == dp % 2
-        groups.setdefault((pp, dp), set()).add(str(node))
+        groups.setdefault((pp, dp), set()).add(node)
     assert len(groups) == 4 and all(len(nodes) == 1 for nodes in groups.values())
