@@ -352,3 +352,37 @@ def test_the_c_parser_checks_cp_and_ep(tmp_path: Path, rankorder_check: Path) ->
         out = subprocess.run([str(rankorder_check), str(path), node, local],
                              capture_output=True, text=True)
         assert out.returncode == 1 and needle in out.stdout, (name, out.stdout)
+
+
+def test_a_users_segment_steers_the_placement_onto_replicas(tmp_path: Path) -> None:
+    from slurm_arnold.placement import Parallelism
+    from slurm_arnold.submit.flow import segment_args, steer_segments
+
+    topo = parse_topology_yaml(YAML)
+    plain = Parallelism(8, 1, 4)  # TP groups of 2 four-GPU nodes
+    # --segment 4: two groups of consecutive replicas per segment.
+    assert steer_segments(plain, topo, 4, 4).segment_units == 2
+    # A segment of one group, a segment that is not whole groups, too few replicas, and a
+    # cluster without domains: left alone (segment_args checks or drops it).
+    assert steer_segments(plain, topo, 2, 4) == plain
+    assert steer_segments(plain, topo, 3, 4) == plain
+    assert steer_segments(Parallelism(8, 1, 3), topo, 4, 4).segment_units == 1
+    tree_only = parse_topology_yaml(YAML[:YAML.index("- topology: nvl")])
+    assert steer_segments(plain, tree_only, 4, 4) == plain
+    # d1 has 7 nodes free, d2 5: the segments of 4 go one to each, whatever the spreads say.
+    free = [f"gb{i:03d}" for i in (*range(1, 8), *range(10, 15))]
+    par = steer_segments(plain, topo, 4, 4)
+    placement = place(topo, free, par.shape(4), algo="mip", alpha=0.5)
+    assert segment_args(placement, topo, 4) == []
+    rankfile, _ = write_files(tmp_path, placement, "0123abcd", parallelism=par)
+    header, entries = parse_rankorder(rankfile.read_text())
+    assert (header["tp"], header["dp"]) == ("8", "4")
+    groups: dict[int, set[str]] = {}
+    for e in entries:
+        assert e.rank == e.tp + 8 * e.dp
+        groups.setdefault(e.dp, set()).add(e.node)
+    # Each TP group is 2 nodes of one domain; replicas 0-1 and 2-3 share a segment.
+    assert all(len(nodes) == 2 and len({topo.domain_of(n) for n in nodes}) == 1
+               for nodes in groups.values())
+    assert {topo.domain_of(n) for n in groups[0] | groups[1]} != {
+        topo.domain_of(n) for n in groups[2] | groups[3]}

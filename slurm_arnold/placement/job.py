@@ -106,6 +106,10 @@ class Parallelism:
       the group its gradients are reduced over);
     - ``tp-cp``: units are TP x CP ranks of one stage of one replica;
     - ``tp-ep``: units are TP x EP ranks, EP consecutive replicas of one stage (CP = 1).
+
+    ``segment_units`` > 1 makes each unit that many NVLink groups of consecutive replicas of
+    one stage: a Slurm ``--segment`` of that many groups' nodes, mapped onto replicas, so every
+    domain holds whole segments. Rank numbers are again unchanged.
     """
 
     tp: int
@@ -114,6 +118,7 @@ class Parallelism:
     cp: int = 1
     ep: int = 1
     nvlink: str = "tp"
+    segment_units: int = 1
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "ep"):
@@ -128,11 +133,13 @@ class Parallelism:
         if self.nvlink == "tp-ep" and self.cp > 1:
             raise InfeasibleError("--nvlink-group tp-ep with --cp above 1 would make the group "
                                   "TP x CP x EP; use --nvlink-group tp-cp or --cp 1")
+        if self.segment_units < 1:
+            raise InfeasibleError("segment_units must be at least 1")
 
     @property
     def plain(self) -> bool:
         """No CP, no EP, TP as the NVLink group: the shape is the job itself."""
-        return self.cp == 1 and self.ep == 1 and self.nvlink == "tp"
+        return self.cp == 1 and self.ep == 1 and self.nvlink == "tp" and self.segment_units == 1
 
     @property
     def group(self) -> int:
@@ -145,7 +152,18 @@ class Parallelism:
         return self.tp * self.cp * self.pp * self.dp
 
     def shape(self, gpus_per_node: int) -> JobShape:
-        """The placement's matrix: units are NVLink groups (see the class docstring)."""
+        """The placement's matrix: units are NVLink groups, or segments of them (see the class
+        docstring)."""
+        base = self._group_shape(gpus_per_node)
+        q = self.segment_units
+        if q == 1:
+            return base
+        if base.dp % q:
+            raise InfeasibleError(f"a segment of {q} groups of consecutive replicas needs DP "
+                                  f"a multiple of {q} (it is {base.dp})")
+        return JobShape(base.tp * q, base.pp, base.dp // q, gpus_per_node)
+
+    def _group_shape(self, gpus_per_node: int) -> JobShape:
         g, group = gpus_per_node, self.group
         if not self.plain:
             what = {"tp": "TP", "tp-cp": "TP x CP", "tp-ep": "TP x EP"}[self.nvlink]
@@ -163,6 +181,8 @@ class Parallelism:
 
     def coords(self, tp: int, pp: int, dp: int) -> tuple[int, int, int, int]:
         """(tp, pp, dp, cp) of the rank at the shape's coordinates (tp, pp, dp)."""
+        if self.segment_units > 1:
+            tp, dp = tp % self.group, dp * self.segment_units + tp // self.group
         if self.nvlink == "tp":
             return tp, pp, dp // self.cp, dp % self.cp
         if self.nvlink == "tp-cp":

@@ -21,7 +21,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -290,7 +290,8 @@ def plan(request: Request, view: ClusterView, free: set[str], slurm: Slurm,
     dp = _int_option(ours.get("dp"), "--dp")
     if dp is None and nodes is None:
         raise ArnoldError("give -N (nodes) or --dp so the job's size is known")
-    par = request_parallelism(ours, tp, pp, dp, nodes, g)
+    par = steer_segments(request_parallelism(ours, tp, pp, dp, nodes, g), view.topology,
+                         _int_option(sb.get("segment"), "--segment"), g)
     job = par.shape(g)
     if dp is not None and nodes is not None and nodes != job.nodes:
         raise ArnoldError(f"-N {nodes} but TP x CP x PP x DP = {tp} x {par.cp} x {pp} x {dp} = "
@@ -326,6 +327,26 @@ def plan(request: Request, view: ClusterView, free: set[str], slurm: Slurm,
         chosen = slurm_choice(slurm, view, job.nodes)
         return par, place_from_node_list("slurm", chosen, view.topology, job, alpha), algo
     return par, place(view.topology, free, job, algo=algo, alpha=alpha), algo
+
+
+def steer_segments(par: Parallelism, topology: Topology, segment: int | None,
+                   g: int) -> Parallelism:
+    """A user's ``--segment S`` on a partition of NVLink domains, mapped onto replicas: each
+    unit of the placement becomes S nodes, q = S*g / group GPUs NVLink groups of consecutive
+    replicas of one stage, so every domain gets whole segments. Where S is not a whole number
+    of groups, or q does not divide the replicas, the placement is left as it is and
+    ``segment_args`` checks it."""
+    if not topology.domains or not segment or segment * g <= par.group \
+            or (segment * g) % par.group:
+        return par
+    steered = replace(par, segment_units=segment * g // par.group)
+    try:
+        steered.shape(g)
+    except InfeasibleError:
+        return par
+    log.info("--segment %d: each segment holds %d groups of consecutive replicas of one stage",
+             segment, steered.segment_units)
+    return steered
 
 
 def request_parallelism(ours: Mapping[str, str], tp: int, pp: int, dp: int | None,
@@ -420,6 +441,7 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
             "user": caller(), "status": "submitting", "rankfile": str(rankfile),
             "spec": json.dumps({"tp": par.tp, "pp": par.pp, "dp": par.dp, "cp": par.cp,
                                 "ep": par.ep, "nvlink_group": par.nvlink,
+                                "segment_units": par.segment_units,
                                 "gpus_per_node": job.gpus_per_node, "alpha": placement.alpha,
                                 "placement": algo, "rank_order": order, "argv": argv}),
             "placement": json.dumps(placement.as_json() | {
@@ -442,7 +464,7 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
             int(job_id), caller(), placement_id, par.tp, par.pp, par.dp, job.gpus_per_node,
             placement.alpha, algo, order, request.sbatch.get("partition") or config.partition,
             **{k: request.sbatch.get(k) for k in ("exclude", "nodelist", "constraint")},
-            cp=par.cp, ep=par.ep, nvlink=par.nvlink))
+            cp=par.cp, ep=par.ep, nvlink=par.nvlink, segment_units=par.segment_units))
     if code == 0 and job_id:
         after_submit(config, slurm, int(job_id), queued=queued, gpus=job.gpus)
     return code
@@ -478,8 +500,6 @@ def _slurm_alone(view: ClusterView, free: set[str] | None, job: JobShape,
     beside ours without placing anything again; None for a job queued for busy nodes."""
     if free is None:
         return None
-    from dataclasses import replace
-
     from slurm_arnold.explain import slurm_reference
 
     try:

@@ -48,11 +48,13 @@ class JobSpec:
     cp: int = 1
     ep: int = 1
     nvlink: str = "tp"
+    segment_units: int = 1
 
     @property
     def parallelism(self) -> Parallelism:
-        """The job's TP, PP, DP, CP, EP and NVLink group."""
-        return Parallelism(self.tp, self.pp, self.dp, self.cp, self.ep, self.nvlink)
+        """The job's TP, PP, DP, CP, EP, NVLink group and segments."""
+        return Parallelism(self.tp, self.pp, self.dp, self.cp, self.ep, self.nvlink,
+                           self.segment_units)
 
     @property
     def shape(self) -> JobShape:
@@ -155,4 +157,5 @@ def _validated(doc: Any, path: Path) -> JobSpec:
         constraint=text("constraint", r"[\w.&|\-]{1,256}", optional=True),
         # Specs written before CP and EP existed have neither: plain TP x PP x DP.
         cp=whole("cp") if "cp" in doc else 1, ep=whole("ep") if "ep" in doc else 1,
-        nvlink=str(text("nvlink", "|".join(NVLINK_GROUPS), optional=True) or "tp"))
+        nvlink=str(text("nvlink", "|".join(NVLINK_GROUPS), optional=True) or "tp"),
+        segment_units=whole("segment_units") if "segment_units" in doc else 1)
