@@ -178,7 +178,7 @@ def _targets_line(log: str, m: dict[str, Any], outran: float | None = None) -> s
     # A prediction capped at the request covers no job that ran past it: the reachable best.
     bound = f"; at most {1 - outran:.3f} for a capped prediction" if outran is not None else ""
     return (f"{SHORT.get(log, log)} {below:.1%} below ("
-            f"{'met' if below >= MAE_BELOW_LAST2 else 'missed'}), coverage {coverage:.3f} ("
+            f"{'met' if below >= MAE_BELOW_LAST2 else 'missed'}), coverage {coverage:.4f} ("
             f"{'met' if coverage >= COVERAGE else 'missed'}{bound})")
 
 
