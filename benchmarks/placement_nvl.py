@@ -31,7 +31,8 @@ import hostlist
 from benchmarks.clusters import fragment
 from slurm_arnold.blocks import Blocks, with_domains
 from slurm_arnold.placement import JobShape, Placement, place
-from slurm_arnold.placement.baselines import BASELINES, slurm_sort_key
+from slurm_arnold.placement.baselines import BASELINES
+from slurm_arnold.placement.baselines import block_rule as slurm_block_rule
 from slurm_arnold.placement.engine import place_from_node_list
 from slurm_arnold.rankorder import parse as parse_rankorder
 from slurm_arnold.rankorder import write_files
@@ -88,33 +89,7 @@ def _levels(racks: int) -> int:
 def block_rule(topology: Topology, free: list[str], job: JobShape) -> list[str] | None:
     """Slurm's block plugin's choice for ``job`` with ``--segment`` = one TP group (see the
     module docstring), or None when no block holds it in whole segments."""
-    segment = job.nodes_per_unit
-    free_set = set(free)
-    racks: dict[str, list[str]] = {}
-    for node in topology.nodes:
-        racks.setdefault(topology.domains[node], [])
-        if node in free_set:
-            racks[topology.domains[node]].append(node)
-    names = list(racks)
-    usable = {r: len(racks[r]) // segment * segment for r in names}
-    span = 1
-    while True:
-        groups = [names[i:i + span] for i in range(0, len(names), span)]
-        fits = [(sum(usable[r] for r in g), k) for k, g in enumerate(groups)
-                if sum(usable[r] for r in g) >= job.nodes]
-        if fits:
-            chosen = groups[min(fits)[1]]
-            break
-        if span >= len(names):
-            return None
-        span *= BLOCK_JOIN
-    out: list[str] = []
-    for r in sorted(chosen, key=lambda r: (usable[r], names.index(r))):
-        take = min(usable[r], job.nodes - len(out))
-        out.extend(racks[r][:take])
-        if len(out) == job.nodes:
-            break
-    return sorted(out, key=slurm_sort_key)
+    return slurm_block_rule(topology, free, job.nodes, job.nodes_per_unit)
 
 
 def tp_groups_split(placement: Placement, topology: Topology, tmp: Path) -> int:

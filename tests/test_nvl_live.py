@@ -98,3 +98,24 @@ def test_without_the_segment_slurm_refuses_the_same_nodes(
                                 "--segment=2", "-w", "nvl[02-03,06-07]", "--wrap", "true"],
                                capture_output=True, text=True)
     assert segmented.returncode == 0, segmented.stderr
+
+
+@pytest.mark.parametrize(("nodes", "segment"), [(2, 2), (3, 1), (3, 3), (4, 2), (4, 1), (6, 2),
+                                                (6, 1)])
+def test_the_offline_block_rule_is_slurms_own_choice(
+        slurm: Slurm, nvl: dict[str, str], blockers: list[int], nodes: int,
+        segment: int) -> None:
+    """The block rule that `arnold bench placement --nvl` compares with, against what
+    slurmctld's topology/block answers for the same job now (three free nodes per block)."""
+    import hostlist
+
+    from slurm_arnold.cluster import live_cluster
+    from slurm_arnold.placement.baselines import block_rule
+
+    view = live_cluster(slurm, partition=PARTITION)
+    assert view.free == {f"nvl0{i}" for i in (2, 3, 4, 6, 7, 8)}
+    ours = block_rule(view.topology, sorted(view.free), nodes, segment)
+    theirs = slurm.test_only(["-p", PARTITION, "-N", str(nodes), f"--segment={segment}",
+                              "--exclusive"])
+    assert ours is not None
+    assert hostlist.collect_hostlist(ours) == hostlist.collect_hostlist(theirs)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 
 from slurm_arnold.errors import InfeasibleError
 from slurm_arnold.placement.job import JobShape
@@ -158,3 +159,44 @@ def aligned_cells(pool: Pool, job: JobShape, *, by: str) -> dict[Cell, list[str]
     else:
         order = [(u % job.pp, u // job.pp) for u in range(job.units)]
     return {cell: units[i] for i, cell in enumerate(order)}
+
+
+def block_rule(topology: Topology, free: Sequence[str], nodes: int,
+               segment: int) -> list[str] | None:
+    """Slurm's topology/block choice for a job of ``nodes`` nodes with ``--segment`` =
+    ``segment``, as its documentation describes it: the lowest level of the tree of blocks
+    (level 0 the blocks; level k joins consecutive blocks as ``BlockSizes`` says, pairs above
+    the last size) with a group that holds the job in whole segments, the tightest such group
+    (fewest usable nodes; the first on ties), and inside it the tightest blocks first, each
+    block's free nodes in the topology's order. Returned in Slurm's node-name order; None
+    when no group holds the job. ``arnold bench placement --nvl`` compares with it, and the
+    26.05 lane's tests compare it with slurmctld's own answer (``sbatch --test-only``)."""
+    free_set = set(free)
+    blocks: dict[str, list[str]] = {}
+    for node in topology.nodes:
+        block = topology.domains.get(node)
+        if block is not None:
+            blocks.setdefault(block, [])
+            if node in free_set:
+                blocks[block].append(node)
+    names = list(blocks)
+    usable = {b: len(blocks[b]) // segment * segment for b in names}
+    ratios = [b // a for a, b in pairwise(topology.block_sizes)]
+    span, level = 1, 0
+    while True:
+        groups = [names[i:i + span] for i in range(0, len(names), span)]
+        fits = [(sum(usable[b] for b in g), k) for k, g in enumerate(groups)
+                if sum(usable[b] for b in g) >= nodes]
+        if fits:
+            chosen = groups[min(fits)[1]]
+            break
+        if span >= len(names):
+            return None
+        span *= ratios[level] if level < len(ratios) else 2
+        level += 1
+    out: list[str] = []
+    for block in sorted(chosen, key=lambda b: (usable[b], names.index(b))):
+        out.extend(blocks[block][:min(usable[block], nodes - len(out))])
+        if len(out) == nodes:
+            break
+    return sorted(out, key=slurm_sort_key)
