@@ -5,14 +5,14 @@ scale-out tiers: leaf switches over 3 to 5 racks, spines over 6 to 10 leaves (ou
 one super-spine (the core). It is fragmented by ``benchmarks.clusters.fragment``'s replayed
 job mix. Jobs have TP 8 or 16 (TP groups of 2 or 4 nodes, which must stay in one rack).
 
-Slurm's block rule, as topology/block documents it, modelled offline (``block_rule``): the
-blocks are the racks and ``BlockSizes`` joins 4 consecutive racks per level; the job asks for
-``--segment`` = its TP group's nodes. The rule takes the lowest level with a block that can
-hold the job in whole segments, the tightest such block (fewest usable nodes), and inside it
-the tightest racks first; tasks in node-name order (Slurm's default), ranks TP fastest, then
-DP, then PP (Megatron's default). The paper's baselines pick nodes knowing nothing of racks;
-where one splits a TP group over two racks the case says so (``split_groups``), since such a
-job would not run at NVLink speed.
+Slurm's block rule modelled offline (``slurm_arnold.placement.baselines.block_rule``, as
+slurmctld's eval_nodes_block does it, checked against 26.05 on the local cluster): the blocks
+are the racks and ``BlockSizes`` joins 4 consecutive racks per level; the job asks for
+``--segment`` = its TP group's nodes, and each segment goes, on its own, to the rack with the
+fewest free nodes that still holds it; tasks in node-name order (Slurm's default), ranks TP
+fastest, then DP, then PP (Megatron's default). The paper's baselines pick nodes knowing
+nothing of racks; where one splits a TP group over two racks the case says so
+(``split_groups``), since such a job would not run at NVLink speed.
 
 Every placement's TP groups are checked from the rank-order file it would get.
 """
@@ -197,9 +197,11 @@ def markdown(result: dict[str, Any], command: str) -> str:
              "leaves (3-5 racks), spines (6-10 leaves) and a core; fragmented by a replayed "
              "job mix (50% and 70% busy); "
              "jobs TP 8 or 16, PP 4 or 8, a quarter or 60% of the free nodes, alpha 0.5. "
-             "Slurm's block rule modelled offline with `--segment` = one TP group "
-             "(`benchmarks/placement_nvl.py`). Weighted spread in spines; TP groups checked "
-             "from each placement's rank-order file.", "",
+             "Slurm's block rule with `--segment` = one TP group, modelled offline as "
+             "slurmctld's eval_nodes_block places segments, one by one into the block with the "
+             "fewest free nodes that holds one (`placement.baselines.block_rule`; its answers "
+             "equal Slurm 26.05's on the 26.05 lane, `tests/test_nvl_live.py`). Weighted "
+             "spread in spines; TP groups checked from each placement's rank-order file.", "",
              "| scale | cases | ours: wall p95 (s) | target | ours: TP groups split | ours / block "
              "rule, mean | never worse than block rule | never worse than valid baselines | "
              "baselines that split TP groups | whole racks left, ours / block rule (mean) |",

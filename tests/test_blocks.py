@@ -386,3 +386,28 @@ def test_a_users_segment_steers_the_placement_onto_replicas(tmp_path: Path) -> N
                for nodes in groups.values())
     assert {topo.domain_of(n) for n in groups[0] | groups[1]} != {
         topo.domain_of(n) for n in groups[2] | groups[3]}
+
+
+def test_slurms_block_rule_places_segments_one_by_one() -> None:
+    from slurm_arnold.placement.baselines import block_rule
+
+    def names(*numbers: int) -> list[str]:
+        return [f"gb{i:03d}" for i in numbers]
+
+    topo = parse_topology_yaml(YAML)  # blocks d1..d4 of 9 nodes, BlockSizes 9, 18
+    free = names(*range(1, 6), *range(10, 13), *range(19, 28), 28, 29)
+    # d1: 5 free, d2: 3, d3: 9, d4: 2. Segments of 2, one at a time, each to the block with
+    # the fewest free nodes that holds one: d4, then d2 (3), then d1 (d2 has 1 left).
+    assert block_rule(topo, free, 6, 2) == names(1, 2, 10, 11, 28, 29)
+    # No segment: 8 nodes fit one block's size, so one block that holds them (only d3).
+    assert block_rule(topo, free, 8) == names(*range(19, 27))
+    # 10 nodes: a pair of blocks (d1+d2 has 8 free, d3+d4 11); inside, no block holds all
+    # 10, so the fullest first (d3), then the tightest that holds what is left (d4).
+    assert block_rule(topo, free, 10) == names(*range(19, 29))
+    # 12: the level follows the size alone (pairs) and no pair has 12 free; the job waits.
+    assert block_rule(topo, free, 12) is None
+    # A segment larger than a base block, or a size that is not whole segments: refused.
+    assert block_rule(topo, free, 20, 10) is None
+    assert block_rule(topo, free, 5, 2) is None
+    # One node: the first free one (what slurmctld 26.05 answers).
+    assert block_rule(topo, free, 1, 1) == ["gb001"]

@@ -162,15 +162,19 @@ def aligned_cells(pool: Pool, job: JobShape, *, by: str) -> dict[Cell, list[str]
 
 
 def block_rule(topology: Topology, free: Sequence[str], nodes: int,
-               segment: int) -> list[str] | None:
-    """Slurm's topology/block choice for a job of ``nodes`` nodes with ``--segment`` =
-    ``segment``, as its documentation describes it: the lowest level of the tree of blocks
-    (level 0 the blocks; level k joins consecutive blocks as ``BlockSizes`` says, pairs above
-    the last size) with a group that holds the job in whole segments, the tightest such group
-    (fewest usable nodes; the first on ties), and inside it the tightest blocks first, each
-    block's free nodes in the topology's order. Returned in Slurm's node-name order; None
-    when no group holds the job. ``arnold bench placement --nvl`` compares with it, and the
-    26.05 lane's tests compare it with slurmctld's own answer (``sbatch --test-only``)."""
+               segment: int | None = None) -> list[str] | None:
+    """Slurm's topology/block choice for a job of ``nodes`` nodes (``--segment`` = ``segment``)
+    as slurmctld makes it (eval_nodes_block, read in Slurm's source and checked against 26.05's
+    answers by the 26.05 lane's tests): the segments (the whole job without one) are placed
+    one after the other, each on its own. A segment takes the lowest block level whose blocks
+    hold its size (base blocks; then as ``BlockSizes`` joins them, pairs above the last size),
+    the block there with the fewest free nodes that still has enough (the last on ties), and
+    inside it base blocks one at a time: the one with the fewest free nodes that holds what is
+    left (the last on ties), else the one with the most; each block's free nodes in order. A
+    one-node job takes the first free node (what 26.05 answers). Returned in Slurm's node-name
+    order; None when Slurm would refuse (a segment larger than a base block, a size that is not
+    whole segments) or nothing holds a segment now. ``arnold bench placement --nvl`` compares
+    with it."""
     free_set = set(free)
     blocks: dict[str, list[str]] = {}
     for node in topology.nodes:
@@ -179,24 +183,49 @@ def block_rule(topology: Topology, free: Sequence[str], nodes: int,
             blocks.setdefault(block, [])
             if node in free_set:
                 blocks[block].append(node)
-    names = list(blocks)
-    usable = {b: len(blocks[b]) // segment * segment for b in names}
-    ratios = [b // a for a, b in pairwise(topology.block_sizes)]
-    span, level = 1, 0
-    while True:
-        groups = [names[i:i + span] for i in range(0, len(names), span)]
-        fits = [(sum(usable[b] for b in g), k) for k, g in enumerate(groups)
-                if sum(usable[b] for b in g) >= nodes]
-        if fits:
-            chosen = groups[min(fits)[1]]
-            break
-        if span >= len(names):
-            return None
-        span *= ratios[level] if level < len(ratios) else 2
-        level += 1
+    if not blocks or nodes < 1:
+        return None
+    if nodes == 1:
+        first = sorted((n for members in blocks.values() for n in members), key=slurm_sort_key)
+        return first[:1] or None
+    base = topology.block_sizes[0] if topology.block_sizes else \
+        max(sum(1 for n in topology.nodes if topology.domains.get(n) == b) for b in blocks)
+    size = segment or nodes
+    if (segment and segment > base) or nodes % size:
+        return None
     out: list[str] = []
-    for block in sorted(chosen, key=lambda b: (usable[b], names.index(b))):
-        out.extend(blocks[block][:min(usable[block], nodes - len(out))])
-        if len(out) == nodes:
-            break
+    for _ in range(nodes // size):
+        taken = _one_segment(blocks, size, base, list(pairwise(topology.block_sizes)))
+        if taken is None:
+            return None
+        out += taken
     return sorted(out, key=slurm_sort_key)
+
+
+def _one_segment(blocks: dict[str, list[str]], need: int, base: int,
+                 pairs: list[tuple[int, int]]) -> list[str] | None:
+    """One segment of ``need`` nodes by Slurm's block rule (see ``block_rule``); the nodes
+    taken are removed from ``blocks``."""
+    names = list(blocks)
+    span, level = 1, 0
+    while span * base < need and span < len(names):
+        span *= pairs[level][1] // pairs[level][0] if level < len(pairs) else 2
+        level += 1
+    groups = [names[i:i + span] for i in range(0, len(names), span)]
+    counts = [sum(len(blocks[b]) for b in g) for g in groups]
+    fitting = [k for k, c in enumerate(counts) if c >= need]
+    if not fitting:
+        return None
+    group = groups[min(fitting, key=lambda k: (counts[k], -k))]
+    out: list[str] = []
+    left = [b for b in group if blocks[b]]
+    while len(out) < need and left:
+        rest = need - len(out)
+        fit = [b for b in left if len(blocks[b]) >= rest]
+        pick = (min(fit, key=lambda b: (len(blocks[b]), -names.index(b))) if fit
+                else max(left, key=lambda b: (len(blocks[b]), names.index(b))))
+        take = blocks[pick][:rest]
+        blocks[pick] = blocks[pick][len(take):]
+        out += take
+        left.remove(pick)
+    return out
