@@ -411,3 +411,17 @@ def test_slurms_block_rule_places_segments_one_by_one() -> None:
     assert block_rule(topo, free, 5, 2) is None
     # One node: the first free one (what slurmctld 26.05 answers).
     assert block_rule(topo, free, 1, 1) == ["gb001"]
+
+
+def test_arnold_sbatch_refuses_zero_sizes_in_one_line() -> None:
+    from slurm_arnold.errors import ArnoldError
+    from slurm_arnold.submit.flow import request_parallelism
+
+    # "--cp 0" once became CP 1 silently, and "--tp 0" divided by zero.
+    for ours, tp, needle in (({"cp": "0"}, 4, "--cp 0: must be at least 1"),
+                             ({"ep": "0"}, 4, "--ep 0: must be at least 1"),
+                             ({}, 0, "--tp 0: must be at least 1")):
+        with pytest.raises(ArnoldError, match=needle):
+            request_parallelism(ours, tp, 2, None, 4, 8)
+    par = request_parallelism({"cp": "2", "ep": "2", "nvlink-group": "tp-cp"}, 4, 2, None, 4, 8)
+    assert (par.tp, par.cp, par.ep, par.dp, par.nvlink) == (4, 2, 2, 2, "tp-cp")

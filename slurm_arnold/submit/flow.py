@@ -356,12 +356,17 @@ def request_parallelism(ours: Mapping[str, str], tp: int, pp: int, dp: int | Non
     nvlink = ours.get("nvlink-group", "tp")
     if nvlink not in NVLINK_GROUPS:
         raise ArnoldError(f"--nvlink-group {nvlink}: use one of {', '.join(NVLINK_GROUPS)}")
-    cp = _int_option(ours.get("cp"), "--cp") or 1
+    cp = _int_option(ours.get("cp"), "--cp")
+    ep = _int_option(ours.get("ep"), "--ep")
+    cp, ep = 1 if cp is None else cp, 1 if ep is None else ep
+    # Zero is a whole number too: refused here, before it divides anything.
+    for name, value in (("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp), ("ep", ep)):
+        if value is not None and value < 1:
+            raise ArnoldError(f"--{name} {value}: must be at least 1")
     if dp is None and nodes is not None and (nodes * g) % (tp * cp * pp):
         raise ArnoldError(f"DP = N x g / (TP x CP x PP) = {nodes} x {g} / ({tp} x {cp} x {pp}) "
                           "is not a whole number; change -N, --tp, --cp or --pp")
-    return Parallelism.sized(tp, pp, dp, nodes, g, cp=cp,
-                             ep=_int_option(ours.get("ep"), "--ep") or 1, nvlink=nvlink)
+    return Parallelism.sized(tp, pp, dp, nodes, g, cp=cp, ep=ep, nvlink=nvlink)
 
 
 def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
