@@ -142,12 +142,12 @@ def evaluate(jobs: Sequence[JobRecord], quantile: float = 0.9, train_share: floa
     if ablation:
         y = log_seconds(actual[:cut])
         fallback = float(model.meta["offset_fallback"])
-        for name, from_last2 in (("model_l2", True), ("model_l2_plain", False)):
+        for name, from_baseline in (("model_l2", True), ("model_l2_plain", False)):
             booster = fit_point(matrix[:cut], y, fallback, objective="regression",
-                                from_last2=from_last2)
+                                from_baseline=from_baseline)
             result["methods"][name] = metrics(
                 predict_point(booster, matrix[cut:], list(test_req), fallback,
-                              from_last2=from_last2), test_actual)
+                              from_baseline=from_baseline), test_actual)
         static = model.predict(matrix[cut:], list(test_req))[1]
         result["methods"]["model_q_static"] = metrics(static, test_actual)
         daily = model.predict(matrix[cut:], list(test_req),

@@ -26,7 +26,16 @@ from predictor.features import (
     runtime,
 )
 from predictor.history import ImportReport, import_records, load_history, sacct_records
-from predictor.model import AdaptiveCalibrator, JctModel, ModelError, load, metrics, save, train
+from predictor.model import (
+    AdaptiveCalibrator,
+    JctModel,
+    ModelError,
+    baseline_log,
+    load,
+    metrics,
+    save,
+    train,
+)
 from predictor.swf import JobRecord
 from site_config import SiteConfig
 from slurm_arnold.errors import ArnoldError
@@ -88,8 +97,12 @@ def describe(feature: str, value: float) -> str:
     if math.isnan(value):
         return "unknown"
     if feature in ("log_req", "u_last1", "u_last2", "u_last5", "u_same_req", "u_same_sig",
-                   "u_med10", "u_run_elapsed", "u_run_same_elapsed"):
+                   "u_med10", "u_run_elapsed", "u_run_same_elapsed", "u_same_req_med"):
         return f"{math.exp(value) / 3600:.3g} h"
+    if feature == "u_same_req_n":
+        return f"{math.expm1(value):.0f} finished with this limit"
+    if feature == "u_req_change":
+        return f"x{math.exp(value):.3g} the last job's limit"
     if feature == "u_since_end":
         return f"{math.expm1(value) / 3600:.3g} h ago"
     if feature == "u_last_state":
@@ -111,8 +124,7 @@ def predict_job(model: JctModel, job: JobRecord, history: Sequence[JobRecord],
     contrib = np.asarray(model.point.predict(row, pred_contrib=True), dtype=float)[0]
     effects = contrib[:-1]  # the last column is the expected value
     order = np.argsort(-np.abs(effects))[:top]
-    base = row[0, FEATURES.index("u_last2")]
-    baseline = math.exp(base if not math.isnan(base) else model.meta["offset_fallback"])
+    baseline = math.exp(float(baseline_log(row, float(model.meta["offset_fallback"]))[0]))
     baseline = min(baseline, req) if req else baseline
     return Prediction(float(point[0]), float(upper[0]), float(model.meta["quantile"]), req,
                       baseline, [(FEATURES[i], float(row[0, i]), float(effects[i]))

@@ -735,7 +735,7 @@ def predictor_predict(job_id: int | None, user: str | None, time_limit: str | No
         return
     click.echo(f"point {pred.point / 3600:.2f} h, q{pred.quantile:g} upper "
                f"{pred.upper / 3600:.2f} h (requested "
-               f"{(pred.requested or 0) / 3600:.2f} h; user's last-two baseline "
+               f"{(pred.requested or 0) / 3600:.2f} h; user's baseline "
                f"{pred.baseline / 3600:.2f} h)")
     from predictor.service import describe
 

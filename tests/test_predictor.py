@@ -124,10 +124,19 @@ def test_history_features_read_the_users_last_jobs() -> None:
     # Job 3 has run 1,000 s by then, with the same limit: both running features see it.
     assert row["u_run_elapsed"] == pytest.approx(np.log(1000))
     assert row["u_run_same_elapsed"] == pytest.approx(np.log(1000))
+    # Finished with job 2's limit (3,600 s): job 0 only.
+    assert row["u_same_req_med"] == pytest.approx(np.log(3600))
+    assert row["u_same_req_n"] == pytest.approx(np.log1p(1))
+    assert row["u_last_ratio"] == pytest.approx(60 / 7200)  # job 1
+    assert row["u_req_change"] == pytest.approx(np.log(3600) - np.log(7200))
     first = dict(zip(FEATURES, matrix[0], strict=True))
     assert all(np.isnan(first[f]) for f in ("u_last_state", "u_since_end", "u_same_sig",
                                             "u_med10", "u_limit_share", "u_last_procs_eq",
-                                            "u_run_elapsed", "u_run_same_elapsed"))
+                                            "u_run_elapsed", "u_run_same_elapsed",
+                                            "u_same_req_med", "u_last_ratio", "u_req_change"))
+    assert first["u_same_req_n"] == 0.0
+    # Who submitted is not a feature: only what the user's history says.
+    assert not {"user", "group"} & set(FEATURES)
     # The live queue gives the same two from squeue's start times.
     queue = [JobInfo(job_id=9, name="x", user="u1", state="RUNNING", partition="p", nodes=(),
                      time_limit_min=60, start_time=3000, end_time=None, reservation=None),

@@ -31,6 +31,7 @@ import numpy as np
 from predictor.features import FEATURES, UserHistory, Vocabulary, fill_row
 from predictor.model import (
     AdaptiveCalibrator,
+    baseline_log,
     conformity_scores,
     fit_point,
     fit_upper,
@@ -195,8 +196,7 @@ class OnlinePredictor:
             row = self.rows[job.index][None, :]
             raw = float(self.booster.predict(row, num_threads=THREADS)[0])
             if self.name == "model":
-                base = row[0, FEATURES.index("u_last2")]
-                raw += self.offset_fallback if math.isnan(base) else float(base)
+                raw += float(baseline_log(row, self.offset_fallback)[0])
             self._cache[job.index] = (self.version, raw)
         shift = self.delta if self.name == "model_q" else 0.0
         return float(min(job.limit, max(1.0, math.exp(raw + shift))))
