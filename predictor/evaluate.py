@@ -45,7 +45,8 @@ def daily_deltas(model: JctModel, kept: Sequence[JobRecord], matrix: np.ndarray,
     ends = [float(j.end or 0) for j in kept]
     window = [(ends[start + i], float(v)) for i, v in enumerate(model.calibration_scores)] \
         if model.calibration_scores is not None else []
-    test = conformity_scores(model.raw_upper(matrix[cut:]), actual[cut:], req[cut:])
+    test = conformity_scores(model.raw_upper(matrix[cut:]), actual[cut:], req[cut:],
+                             model.grace)
     window = sorted(window + [(ends[cut + k], float(v)) for k, v in enumerate(test)])
     out = np.empty(len(kept) - cut)
     day, delta, taken = None, 0.0, 0
@@ -79,7 +80,8 @@ def adaptive_deltas(model: JctModel, kept: Sequence[JobRecord], matrix: np.ndarr
     if model.calibration_scores is not None:
         seed = sorted((float(kept[start + i].end or 0), float(score))
                       for i, score in enumerate(model.calibration_scores))
-    scores = conformity_scores(model.raw_upper(matrix[cut:]), actual[cut:], req[cut:])
+    scores = conformity_scores(model.raw_upper(matrix[cut:]), actual[cut:], req[cut:],
+                               model.grace)
     out = np.empty(len(kept) - cut)
     served: list[tuple[float, int]] = []  # (end, test index), a heap
     taken = 0
@@ -89,8 +91,8 @@ def adaptive_deltas(model: JctModel, kept: Sequence[JobRecord], matrix: np.ndarr
             taken += 1
         while served and served[0][0] <= job.submit:
             _, index = heapq.heappop(served)
-            # An infinite score (the job outran its request) is a miss even when the delta
-            # served was infinite too: the prediction is capped at the request.
+            # An infinite score (the job outran its request by more than the grace) is a miss
+            # even when the delta served was infinite too: the prediction is capped there.
             calib.adapt(bool(math.isinf(scores[index]) or scores[index] > out[index]))
             calib.add(float(scores[index]))
         out[k] = calib.delta
@@ -138,6 +140,10 @@ def evaluate(jobs: Sequence[JobRecord], quantile: float = 0.9, train_share: floa
         # prediction capped at the request cannot cover them, so 1 minus this share bounds
         # any capped upper prediction's coverage.
         "test_outran_request": round(float(np.mean(test_actual > test_req)), 4),
+        # ... and those that ran past it by more than the upper model's grace: 1 minus this
+        # share bounds model_q's coverage (its cap is the request plus the grace).
+        "upper_grace_s": round(model.grace, 1),
+        "test_outran_cap": round(float(np.mean(test_actual > test_req + model.grace)), 4),
     }
     if ablation:
         y = log_seconds(actual[:cut])

@@ -276,14 +276,39 @@ def test_a_garbage_model_file_is_one_line(tmp_path: Path,
 def test_evaluate_reports_the_share_no_capped_prediction_can_cover() -> None:
     from predictor.evaluate import evaluate
 
-    # Every 10th job runs 50 s past its request (killed late): of the test set's jobs, those
-    # are the ones a prediction capped at the request cannot cover.
-    jobs = [replace(j, end=(j.start or 0) + (j.time_limit or 0) + 50) if i % 10 == 0 else j
-            for i, j in enumerate(_jobs(400))]
-    result = evaluate(jobs)
+    # Every 10th job runs 50 s past its request (killed a little late, as schedulers do), a
+    # few others 5,000 s (a limit raised by hand): the upper prediction may run 50 s past the
+    # request (the 0.9-quantile of the overruns), so only the few are beyond any cap.
+    def late(i: int, j: JobRecord) -> JobRecord:
+        over = 50 if i % 10 == 0 else 5000 if i % 130 == 5 else None
+        return j if over is None else replace(j, end=(j.start or 0) + (j.time_limit or 0) + over)
+
+    jobs = [late(i, j) for i, j in enumerate(_jobs(400))]
+    result = evaluate(jobs, keep_predictions=True)
     test = sorted(jobs, key=lambda j: j.submit)[result["n_train"]:]
-    expected = sum(1 for j in test
-                   if (j.end or 0) - (j.start or 0) > (j.time_limit or 0)) / len(test)
-    assert result["test_outran_request"] == pytest.approx(expected, abs=1e-4)
+    over = np.array([(j.end or 0) - (j.start or 0) - (j.time_limit or 0) for j in test])
+    assert result["test_outran_request"] == pytest.approx(np.mean(over > 0), abs=1e-4)
     assert 0.05 < result["test_outran_request"] < 0.15
-    assert result["methods"]["model_q"]["coverage"] <= 1 - result["test_outran_request"] + 1e-9
+    assert result["upper_grace_s"] == 50
+    assert result["test_outran_cap"] == pytest.approx(np.mean(over > 50), abs=1e-4)
+    assert 0 < result["test_outran_cap"] < 0.02
+    assert result["methods"]["model_q"]["coverage"] <= 1 - result["test_outran_cap"] + 1e-9
+    pred = result["predictions"]
+    # The upper prediction stops at the request plus the grace; the point one at the request.
+    assert np.all(pred["model_q"] <= pred["requested"] + 50 + 1e-6)
+    assert np.all(pred["model"] <= pred["requested"] + 1e-6)
+    # ...and covers some of the jobs that ran 50 s past their request.
+    assert np.any((over == 50) & (pred["model_q"] >= pred["actual"]))
+
+
+def test_overrun_grace_and_scores() -> None:
+    from predictor.model import conformity_scores, overrun_grace
+
+    runtimes = np.array([100.0, 130.0, 90.0, 400.0, 110.0])
+    req = np.array([100.0, 100.0, 100.0, 100.0, 0.0])  # the last has no limit
+    # Overruns 30 and 300 s; the 0.5-quantile (linear) of those is 165 s.
+    assert overrun_grace(runtimes, req, 0.5) == pytest.approx(165.0)
+    assert overrun_grace(runtimes[[0, 2]], req[[0, 2]], 0.9) == 0.0
+    scores = conformity_scores(np.zeros(5), runtimes, req, grace=30.0)
+    assert np.isfinite(scores[[0, 1, 2, 4]]).all() and math.isinf(scores[3])
+    assert math.isinf(conformity_scores(np.zeros(5), runtimes, req)[1])
