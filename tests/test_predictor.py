@@ -203,6 +203,25 @@ def test_the_calibrators_window_slides_and_skips_uncoverable_jobs() -> None:
     assert calib.delta == pytest.approx(9.4)
 
 
+def test_warming_up_moves_the_level_where_the_held_out_jobs_keep_it() -> None:
+    # 30% of the held-out jobs outran every cap: covering 90% needs every other job covered,
+    # so the level must fall below zero (the delta is then the cap). Filling alone keeps 0.1.
+    rng = np.random.default_rng(3)
+    scores = np.where(rng.random(3000) < 0.3, math.inf, rng.normal(0.0, 1.0, 3000))
+    filled = AdaptiveCalibrator(0.9, window=2000)
+    for score in scores:
+        filled.add(float(score))
+    warmed = AdaptiveCalibrator(0.9, window=2000)
+    warmed.warm(scores)
+    assert filled.alpha == pytest.approx(0.1)
+    assert warmed.alpha < 0 and warmed.delta == math.inf
+    # All finite and the same distribution throughout: the level stays near the target.
+    steady = AdaptiveCalibrator(0.9, window=2000)
+    steady.warm(rng.normal(0.0, 1.0, 3000))
+    assert abs(steady.alpha - 0.1) < 0.1
+    assert len(steady._recent) == 2000  # the window holds the last 2,000 held-out scores
+
+
 def test_the_adaptive_level_holds_coverage_under_drift_where_a_fixed_one_does_not() -> None:
     # Scores drift upwards (a workload getting longer than the model thinks) and each job's
     # score reaches the window only 300 jobs later (long jobs end late). The tolerance is Gibbs
