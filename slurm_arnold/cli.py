@@ -334,8 +334,9 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
                                microbatches=microbatches, network=config.network)
     alpha = check_alpha(0.5 if alpha is None else alpha)
     if algo == "slurm":
-        result = place_from_node_list("slurm", slurm_choice(Slurm(), view, job.nodes),
-                                      view.topology, job, alpha)
+        # On NVLink domains, as a user would ask: one TP group per segment.
+        chosen = slurm_choice(Slurm(), view, job.nodes, segment=job.nodes_per_unit)
+        result = place_from_node_list("slurm", chosen, view.topology, job, alpha)
     else:
         result = place(view.topology, view.free, job, algo=algo, alpha=alpha,
                        time_limit=time_limit, seed=seed)

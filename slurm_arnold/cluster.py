@@ -131,11 +131,16 @@ def live_topology(slurm: Slurm, partition: str | None, *, minipod_level: int = 1
     return block_tree(found, source, minipod_level=minipod_level)
 
 
-def slurm_choice(slurm: Slurm, view: ClusterView, nodes: int) -> list[str]:
-    """The nodes slurmctld would give an exclusive job of ``nodes`` nodes now."""
+def slurm_choice(slurm: Slurm, view: ClusterView, nodes: int,
+                 segment: int | None = None) -> list[str]:
+    """The nodes slurmctld would give an exclusive job of ``nodes`` nodes now; on a partition
+    of NVLink domains in segments of ``segment`` nodes (``--segment``: without one, Slurm's
+    block plugin refuses a job no larger than a block whenever no single block holds it)."""
     args = ["-N", str(nodes), "--exclusive"]
     if view.partition:
         args += ["-p", view.partition]
+    if segment and view.topology.domains:
+        args.append(f"--segment={segment}")
     return slurm.test_only(args)
 
 

@@ -36,7 +36,7 @@ def slurm_reference(view: ClusterView, job: JobShape, alpha: float,
     in its node order with Megatron's default ranks; offline, topology/tree's rule (the lowest
     switch with room, best fit) modelled on the free nodes."""
     if slurm is not None:
-        nodes = slurm_choice(slurm, view, job.nodes)
+        nodes = slurm_choice(slurm, view, job.nodes, segment=job.nodes_per_unit)
         return place_from_node_list("slurm", nodes, view.topology, job, alpha)
     chosen = topo_aware(view.topology, sorted(view.free, key=slurm_sort_key), job,
                         random.Random(0))

@@ -128,3 +128,19 @@ def test_the_offline_block_rule_is_slurms_own_choice(
                               *([f"--segment={segment}"] if segment else [])])
     assert ours is not None
     assert hostlist.collect_hostlist(ours) == hostlist.collect_hostlist(theirs)
+
+
+def test_placing_with_slurms_own_choice_works_on_a_block_partition(
+        slurm: Slurm, nvl: dict[str, str], blockers: list[int]) -> None:
+    """`arnold place --algo slurm` asks slurmctld as a user would: one TP group per segment.
+    Without the segment this job (four nodes, no block with four free) is given a whole block
+    later, when its busy node frees (measured: nvl[05-08])."""
+    proc = subprocess.run([str(BIN / "arnold"), "place", "--algo", "slurm", "--partition",
+                           PARTITION, "--tp", "8", "--pp", "1", "--dp", "2", "--json"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    nodes = sorted({e["node"] for e in doc["assignment"]})
+    assert len(nodes) == 4 and not {"nvl01", "nvl05"} & set(nodes)
+    # Two nodes in each block: Slurm placed whole two-node segments.
+    assert sorted(nvl[n] for n in nodes) == ["nvlblock0"] * 2 + ["nvlblock1"] * 2

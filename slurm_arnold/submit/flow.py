@@ -324,7 +324,10 @@ def plan(request: Request, view: ClusterView, free: set[str], slurm: Slurm,
                          f"{job.nodes} nodes needed, {len(free)} free now"
                          f"{' in partition ' + view.partition if view.partition else ''}", par)
     if algo == "slurm":
-        chosen = slurm_choice(slurm, view, job.nodes)
+        # The user's own --segment, else one TP group per segment (NVLink domains only).
+        chosen = slurm_choice(slurm, view, job.nodes,
+                              segment=_int_option(sb.get("segment"), "--segment")
+                              or job.nodes_per_unit)
         return par, place_from_node_list("slurm", chosen, view.topology, job, alpha), algo
     return par, place(view.topology, free, job, algo=algo, alpha=alpha), algo
 
