@@ -22,7 +22,8 @@ from tests.test_predictor import KTH, _jobs
 
 KEYS = {"utilization", "mean_wait_h", "bounded_slowdown", "lpj_mean_wait_h", "lpj_p95_wait_h",
         "lpj_mean_weighted_spread", "backfilled_in_reservations", "reserved_idle_node_h",
-        "lpj_delay_h_from_mispredictions", "killed_jobs", "jobs", "dropped_jobs"}
+        "lpj_delay_h_from_mispredictions", "killed_jobs", "jobs", "dropped_jobs",
+        "placements_time_limited", "placement_slowest_s"}
 
 
 _tree = fat_tree
@@ -213,6 +214,9 @@ def test_slurm_vs_arnold_on_a_kth_slice() -> None:
     ours = _sim(records, topo, lpj_gpus=256, policy="arnold", predictor="oracle",
                 placement="mip").run()
     assert ours["lpj_mean_weighted_spread"] < base["lpj_mean_weighted_spread"]
+    # Node limits, not the machine's load, decided every placement of the replay.
+    assert ours["placements_solved"] > 0 and ours["placement_slowest_s"] > 0
+    assert ours["placements_time_limited"] == 0
 
 
 def test_bench_sim_quick() -> None:
@@ -251,6 +255,7 @@ def test_placement_memo_reuses_a_pattern_on_other_nodes_with_the_same_spread() -
     assert measure(b.cells, shape, topo, 0.5) == b.metrics
     memo.place(sorted([*first[:-1], nodes[3]]), shape)  # now (4,2) (4,1) (3)
     assert memo.misses == 2
+    assert memo.slowest_s >= a.solve_seconds > 0 and memo.time_limited == 0
 
 
 def test_start_order_agreement_counts_jobs_and_pairs() -> None:

@@ -41,6 +41,10 @@ class PlacementMemo:
         self._known: dict[_Key, tuple[Placement, dict[Cell, list[_Where]]]] = {}
         self.hits = 0
         self.misses = 0
+        #: The longest solve, and how many solves the wall-clock safety net stopped (a
+        #: replay's answer depends on the machine's load only through those).
+        self.slowest_s = 0.0
+        self.time_limited = 0
 
     def _canonical(self, pool: Sequence[str]) -> tuple[list[list[list[str]]],
                                                          tuple[tuple[int, ...], ...]]:
@@ -70,6 +74,8 @@ class PlacementMemo:
         self.misses += 1
         placement = place(self.topology, pool, shape, algo=self.algo, alpha=self.alpha,
                           time_limit=self.time_limit)
+        self.slowest_s = max(self.slowest_s, placement.solve_seconds)
+        self.time_limited += placement.info.get("stopped") == "time limit"
         spot = {name: (p, leaf, k) for p, leaves in enumerate(by_pod)
                 for leaf, nodes in enumerate(leaves) for k, name in enumerate(nodes)}
         self._known[(counts, shape)] = (placement, {
