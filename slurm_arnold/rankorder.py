@@ -79,8 +79,9 @@ def rank_entries(placement: Placement, order: str = "tp-dp-pp",
     coords: dict[int, tuple[str, int, int, int, int]] = {}
     for e in placement.assignment():
         for t in range(e["tp"][0], e["tp"][1]):
-            coords[rank_of(order, t, e["pp"], e["dp"], sizes)] = (
-                e["node"], *par.coords(t, e["pp"], e["dp"]))
+            own = par.coords(t, e["pp"], e["dp"])
+            rank = rank_of(order, t, e["pp"], e["dp"], sizes) if par.plain else par.rank(*own)
+            coords[rank] = (e["node"], *own)
     per_node: dict[str, list[int]] = {}
     for rank in sorted(coords):
         per_node.setdefault(coords[rank][0], []).append(rank)

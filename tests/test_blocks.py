@@ -388,6 +388,41 @@ def test_a_users_segment_steers_the_placement_onto_replicas(tmp_path: Path) -> N
         topo.domain_of(n) for n in groups[2] | groups[3]}
 
 
+def test_a_segment_too_big_for_the_replicas_is_mapped_onto_stages(tmp_path: Path) -> None:
+    from slurm_arnold.placement import Parallelism
+    from slurm_arnold.submit.flow import segment_args, steer_segments
+
+    topo = parse_topology_yaml(YAML)
+    # One replica of 4 stages, TP groups of 2 four-GPU nodes: --segment 4 holds two groups,
+    # which cannot be replicas (there is one), so it holds two consecutive stages.
+    par = steer_segments(Parallelism(8, 4, 1), topo, 4, 4)
+    assert (par.segment_units, par.segment_stages) == (1, 2)
+    assert steer_segments(Parallelism(8, 3, 1), topo, 4, 4) == Parallelism(8, 3, 1)
+    assert par.shape(4).nodes == 8
+    # d1 has 6 nodes free, d2 3 and d3 5: a pair of stages takes 4 nodes of one domain.
+    free = [f"gb{i:03d}" for i in (*range(1, 7), 10, 11, 12, *range(19, 24))]
+    placement = place(topo, free, par.shape(4), algo="mip", alpha=0.5)
+    assert segment_args(placement, topo, 4) == []
+    rankfile, _ = write_files(tmp_path, placement, "0123abcd", parallelism=par)
+    header, entries = parse_rankorder(rankfile.read_text())
+    assert (header["tp"], header["pp"], header["dp"]) == ("8", "4", "1")
+    assert sorted(e.rank for e in entries) == list(range(32))
+    stages: dict[int, set[str]] = {}
+    for e in entries:
+        assert e.rank == e.tp + 8 * e.pp  # Megatron's order, from the rank's own coordinates
+        stages.setdefault(e.pp, set()).add(e.node)
+    assert all(len(nodes) == 2 and len({topo.domain_of(n) for n in nodes}) == 1
+               for nodes in stages.values())
+    # Stages 0-1 share a domain, and so do 2-3: each segment is one pipeline's neighbours.
+    for first in (0, 2):
+        assert len({topo.domain_of(n) for n in stages[first] | stages[first + 1]}) == 1
+    # Each node holds one stage's TP ranks, consecutive, local ranks 0-3.
+    by_node: dict[str, list[int]] = {}
+    for e in entries:
+        by_node.setdefault(e.node, []).append(e.rank)
+    assert all(ranks == list(range(ranks[0], ranks[0] + 4)) for ranks in by_node.values())
+
+
 def test_slurms_block_rule_places_segments_one_by_one() -> None:
     from slurm_arnold.placement.baselines import block_rule
 

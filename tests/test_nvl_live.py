@@ -92,6 +92,46 @@ srun --arnold-rankfile=auto bash -c '{REPORT}'
         assert len(nodes) == 2 and len({nvl[n] for n in nodes}) == 1, groups
 
 
+def test_a_segment_of_two_stages_lands_in_one_block_with_ranks_from_the_plugin(
+        slurm: Slurm, nvl: dict[str, str], tmp_path: Path) -> None:
+    """TP 8 x PP 2 on 4-GPU nodes with --segment=4: one replica, so the segment holds two
+    consecutive stages. With nvl01 busy only block 2 has four free nodes; the same job with
+    its groups placed one by one would take the partly used block first and split the
+    segment (arnold-sbatch would then refuse it)."""
+    out = subprocess.run(["sbatch", "--parsable", "-p", PARTITION, "-w", "nvl01", "-N", "1",
+                          "--exclusive", "-t", "5", "-o", "/dev/null", "--wrap", "sleep 300"],
+                         capture_output=True, text=True, check=True)
+    blocker = int(out.stdout.strip().split(";")[0])
+    try:
+        deadline = time.monotonic() + 60
+        while (info := slurm.job(blocker)) is None or info.state != "RUNNING":
+            assert time.monotonic() < deadline, "the blocking job did not start within 60 s"
+            time.sleep(0.2)
+        script = tmp_path / "job.sh"
+        script.write_text(f"""#!/bin/bash
+#SBATCH -p {PARTITION} -N 4 --ntasks-per-node=4 --gpus-per-node=4 --exclusive -t 5
+#SBATCH -o {tmp_path}/out-%j.txt
+#ARNOLD --tp 8 --pp 2
+srun --arnold-rankfile=auto bash -c '{REPORT}'
+""")
+        proc = subprocess.run([str(BIN / "arnold-sbatch"), "--parsable", "--segment=4",
+                               str(script)], capture_output=True, text=True,
+                              env=dict(os.environ), timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        job_id = int(proc.stdout)
+        assert wait_for_job(slurm, job_id) == "COMPLETED"
+    finally:
+        subprocess.run(["scancel", str(blocker)], check=False)
+    lines = [ln.split() for ln in (tmp_path / f"out-{job_id}.txt").read_text().splitlines()]
+    assert sorted(int(f[1]) for f in lines) == list(range(16))
+    stages: dict[int, set[str]] = {}
+    for node, rank, tp, pp, dp in lines:
+        assert int(rank) == int(tp) + 8 * int(pp) and dp == "0"  # TP fastest, then PP
+        stages.setdefault(int(pp), set()).add(node)
+    assert all(len(nodes) == 2 for nodes in stages.values()), stages
+    assert len({nvl[n] for n in stages[0] | stages[1]}) == 1, stages
+
+
 def test_without_the_segment_slurm_refuses_the_same_nodes(
         slurm: Slurm, nvl: dict[str, str], blockers: list[int]) -> None:
     """Why arnold-sbatch passes --segment: the plugin will not spread a job no larger than a

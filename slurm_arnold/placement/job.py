@@ -109,7 +109,11 @@ class Parallelism:
 
     ``segment_units`` > 1 makes each unit that many NVLink groups of consecutive replicas of
     one stage: a Slurm ``--segment`` of that many groups' nodes, mapped onto replicas, so every
-    domain holds whole segments. Rank numbers are again unchanged.
+    domain holds whole segments. Rank numbers are again unchanged. ``segment_stages`` > 1 maps
+    the segment onto stages instead: each unit is that many groups of consecutive stages of one
+    replica (the pipeline's neighbours share a domain). Those ranks are not consecutive in
+    Megatron's order, so :meth:`rank` numbers a rank from its own coordinates; the spreads are
+    the shape's (a stage's DP group crosses the same minipods as its unit's).
     """
 
     tp: int
@@ -119,6 +123,7 @@ class Parallelism:
     ep: int = 1
     nvlink: str = "tp"
     segment_units: int = 1
+    segment_stages: int = 1
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "ep"):
@@ -133,13 +138,16 @@ class Parallelism:
         if self.nvlink == "tp-ep" and self.cp > 1:
             raise InfeasibleError("--nvlink-group tp-ep with --cp above 1 would make the group "
                                   "TP x CP x EP; use --nvlink-group tp-cp or --cp 1")
-        if self.segment_units < 1:
-            raise InfeasibleError("segment_units must be at least 1")
+        if self.segment_units < 1 or self.segment_stages < 1:
+            raise InfeasibleError("segment_units and segment_stages must be at least 1")
+        if self.segment_units > 1 and self.segment_stages > 1:
+            raise InfeasibleError("a segment maps onto replicas or onto stages, not both")
 
     @property
     def plain(self) -> bool:
         """No CP, no EP, TP as the NVLink group: the shape is the job itself."""
-        return self.cp == 1 and self.ep == 1 and self.nvlink == "tp" and self.segment_units == 1
+        return self.cp == 1 and self.ep == 1 and self.nvlink == "tp" and \
+            self.segment_units == 1 and self.segment_stages == 1
 
     @property
     def group(self) -> int:
@@ -155,6 +163,12 @@ class Parallelism:
         """The placement's matrix: units are NVLink groups, or segments of them (see the class
         docstring)."""
         base = self._group_shape(gpus_per_node)
+        if self.segment_stages > 1:
+            q = self.segment_stages
+            if base.pp % q:
+                raise InfeasibleError(f"a segment of {q} groups of consecutive stages needs PP "
+                                      f"a multiple of {q} (it is {base.pp})")
+            return JobShape(base.tp * q, base.pp // q, base.dp, gpus_per_node)
         q = self.segment_units
         if q == 1:
             return base
@@ -183,11 +197,17 @@ class Parallelism:
         """(tp, pp, dp, cp) of the rank at the shape's coordinates (tp, pp, dp)."""
         if self.segment_units > 1:
             tp, dp = tp % self.group, dp * self.segment_units + tp // self.group
+        if self.segment_stages > 1:
+            tp, pp = tp % self.group, pp * self.segment_stages + tp // self.group
         if self.nvlink == "tp":
             return tp, pp, dp // self.cp, dp % self.cp
         if self.nvlink == "tp-cp":
             return tp % self.tp, pp, dp, tp // self.tp
         return tp % self.tp, pp, dp * self.ep + tp // self.tp, 0
+
+    def rank(self, tp: int, pp: int, dp: int, cp: int = 0) -> int:
+        """The rank of the job's own coordinates in Megatron-Core's order tp-cp-ep-dp-pp."""
+        return tp + self.tp * (cp + self.cp * (dp + self.dp * pp))
 
     @classmethod
     def of(cls, job: JobShape) -> Parallelism:

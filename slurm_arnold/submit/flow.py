@@ -334,22 +334,25 @@ def plan(request: Request, view: ClusterView, free: set[str], slurm: Slurm,
 
 def steer_segments(par: Parallelism, topology: Topology, segment: int | None,
                    g: int) -> Parallelism:
-    """A user's ``--segment S`` on a partition of NVLink domains, mapped onto replicas: each
+    """A user's ``--segment S`` on a partition of NVLink domains, mapped onto the job: each
     unit of the placement becomes S nodes, q = S*g / group GPUs NVLink groups of consecutive
-    replicas of one stage, so every domain gets whole segments. Where S is not a whole number
-    of groups, or q does not divide the replicas, the placement is left as it is and
-    ``segment_args`` checks it."""
+    replicas of one stage, or where q does not divide the replicas, of consecutive stages of
+    one replica, so every domain gets whole segments. Where S is not a whole number of groups,
+    or q divides neither, the placement is left as it is and ``segment_args`` checks it."""
     if not topology.domains or not segment or segment * g <= par.group \
             or (segment * g) % par.group:
         return par
-    steered = replace(par, segment_units=segment * g // par.group)
-    try:
-        steered.shape(g)
-    except InfeasibleError:
-        return par
-    log.info("--segment %d: each segment holds %d groups of consecutive replicas of one stage",
-             segment, steered.segment_units)
-    return steered
+    q = segment * g // par.group
+    for steered, onto in ((replace(par, segment_units=q), "replicas of one stage"),
+                          (replace(par, segment_stages=q), "stages of one replica")):
+        try:
+            steered.shape(g)
+        except InfeasibleError:
+            continue
+        log.info("--segment %d: each segment holds %d groups of consecutive %s", segment, q,
+                 onto)
+        return steered
+    return par
 
 
 def request_parallelism(ours: Mapping[str, str], tp: int, pp: int, dp: int | None,
@@ -450,6 +453,7 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
             "spec": json.dumps({"tp": par.tp, "pp": par.pp, "dp": par.dp, "cp": par.cp,
                                 "ep": par.ep, "nvlink_group": par.nvlink,
                                 "segment_units": par.segment_units,
+                                "segment_stages": par.segment_stages,
                                 "gpus_per_node": job.gpus_per_node, "alpha": placement.alpha,
                                 "placement": algo, "rank_order": order, "argv": argv}),
             "placement": json.dumps(placement.as_json() | {
@@ -472,7 +476,8 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
             int(job_id), caller(), placement_id, par.tp, par.pp, par.dp, job.gpus_per_node,
             placement.alpha, algo, order, request.sbatch.get("partition") or config.partition,
             **{k: request.sbatch.get(k) for k in ("exclude", "nodelist", "constraint")},
-            cp=par.cp, ep=par.ep, nvlink=par.nvlink, segment_units=par.segment_units))
+            cp=par.cp, ep=par.ep, nvlink=par.nvlink, segment_units=par.segment_units,
+            segment_stages=par.segment_stages))
     if code == 0 and job_id:
         after_submit(config, slurm, int(job_id), queued=queued, gpus=job.gpus)
     return code

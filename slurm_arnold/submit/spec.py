@@ -49,12 +49,13 @@ class JobSpec:
     ep: int = 1
     nvlink: str = "tp"
     segment_units: int = 1
+    segment_stages: int = 1
 
     @property
     def parallelism(self) -> Parallelism:
         """The job's TP, PP, DP, CP, EP, NVLink group and segments."""
         return Parallelism(self.tp, self.pp, self.dp, self.cp, self.ep, self.nvlink,
-                           self.segment_units)
+                           self.segment_units, self.segment_stages)
 
     @property
     def shape(self) -> JobShape:
@@ -158,4 +159,5 @@ def _validated(doc: Any, path: Path) -> JobSpec:
         # Specs written before CP and EP existed have neither: plain TP x PP x DP.
         cp=whole("cp") if "cp" in doc else 1, ep=whole("ep") if "ep" in doc else 1,
         nvlink=str(text("nvlink", "|".join(NVLINK_GROUPS), optional=True) or "tp"),
-        segment_units=whole("segment_units") if "segment_units" in doc else 1)
+        segment_units=whole("segment_units") if "segment_units" in doc else 1,
+        segment_stages=whole("segment_stages") if "segment_stages" in doc else 1)
