@@ -327,7 +327,8 @@ def markdown(result: dict[str, list[dict[str, Any]]], command: str,
              f"Command: `{command}`. Setup in `benchmarks/sim.py` (KTH on 112 nodes with "
              "8 GPUs per processor, Curie on 5,120 nodes with 0.5 GPUs per core, HPC2N on 128 "
              "nodes with 4 GPUs per processor, SDSC-SP2 on 128 nodes with 8; LPJ = 256 "
-             "GPUs or more; arnold's LPJ placement is the MIP with a 1 s limit; Curie: the "
+             "GPUs or more; arnold's LPJ placement is the MIP, stopped by its node limits "
+             "(a 600 s wall-clock safety net, `SimSettings.placement_time_limit`); Curie: the "
              f"first {CURIE_JOBS:,} jobs of the window, HPC2N the first {HPC2N_JOBS:,}).",
              "",
              "| log | policy | predictor | mode | " + " | ".join(KEYS) + " | s |",
@@ -349,6 +350,15 @@ def markdown(result: dict[str, list[dict[str, Any]]], command: str,
                     f"{_ratio(r['lpj_mean_wait_h'], base['lpj_mean_wait_h'])}, LPJ spread x"
                     f"{_ratio(r['lpj_mean_weighted_spread'], base['lpj_mean_weighted_spread'])},"
                     f" everyone's mean wait x{_ratio(r['mean_wait_h'], base['mean_wait_h'])}.")
+    for log, rows in result.items():
+        # Older result files (before session 14) lack the two keys.
+        stopped = sum(int(r.get("placements_time_limited") or 0) for r in rows)
+        slowest = max(float(r.get("placement_slowest_s") or 0.0) for r in rows)
+        verdict = ("none: the node limits decided every placement, so these rows do not "
+                   "depend on the machine's load") if not stopped else \
+            "these rows depend on the machine's load"
+        lines.append(f"- {log}: {stopped} placements stopped by the wall-clock safety net "
+                     f"({verdict}); slowest solve {slowest:.2f} s.")
     if plot:
         lines += ["", f"![LPJ wait and spread by policy]({plot})"]
     return "\n".join(lines)

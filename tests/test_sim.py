@@ -482,3 +482,17 @@ def test_bench_sim_domains_quick() -> None:
     assert all(r["domains"] == 32 and 0 < r["whole_domains_free_mean"] <= 32 for r in rows)
     bad = CliRunner().invoke(main, ["bench", "sim", "--domains", "4", "--variants"])
     assert bad.exit_code == 2
+
+
+def test_the_bench_section_says_whether_the_safety_net_stopped_a_placement() -> None:
+    from benchmarks.sim import KEYS as COLUMNS
+    from benchmarks.sim import markdown
+
+    row = {k: 0.0 for k in COLUMNS} | {"jobs": 10, "lpjs": 1, "policy": "slurm",
+                                    "predictor": "requested", "mode": None, "seconds": 1.0,
+                                    "placements_time_limited": 0, "placement_slowest_s": 0.25}
+    ours = row | {"policy": "arnold", "placements_time_limited": 0, "placement_slowest_s": 1.5}
+    text = markdown({"X": [row, ours]}, "cmd", None)
+    assert "X: 0 placements stopped" in text and "do not depend" in text and "1.50 s" in text
+    stopped = markdown({"X": [row, ours | {"placements_time_limited": 3}]}, "cmd", None)
+    assert "X: 3 placements stopped" in stopped and "rows depend on the machine's load" in stopped
