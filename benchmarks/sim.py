@@ -351,7 +351,7 @@ def markdown(result: dict[str, list[dict[str, Any]]], command: str,
                     f"{_ratio(r['lpj_mean_weighted_spread'], base['lpj_mean_weighted_spread'])},"
                     f" everyone's mean wait x{_ratio(r['mean_wait_h'], base['mean_wait_h'])}.")
     for log, rows in result.items():
-        # Older result files (before session 14) lack the two keys.
+        # Result files written before these keys existed lack them.
         stopped = sum(int(r.get("placements_time_limited") or 0) for r in rows)
         slowest = max(float(r.get("placement_slowest_s") or 0.0) for r in rows)
         verdict = ("none: the node limits decided every placement, so these rows do not "

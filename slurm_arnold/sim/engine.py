@@ -51,8 +51,10 @@ END, SUBMIT = 0, 1
 BSLD_TAU = 10.0  # seconds: the bounded-slowdown floor for very short jobs
 
 
-#: The simulator's placement safety net (s): far above any solve the node limits allow (the
-#: slowest per log is ``placement_slowest_s``), so only a runaway solve meets it.
+#: The simulator's placement safety net (s), so that a replay's placements do not depend on
+#: the machine's load. The node limits do not bound every solve tightly: Curie's slowest took
+#: 275 s on a shared machine (``placement_slowest_s``, docs/sim.md), so this is not far above
+#: what they allow; ``placements_time_limited`` says whether a replay reached it.
 SIM_PLACEMENT_SAFETY_S = 600.0
 
 
