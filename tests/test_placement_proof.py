@@ -28,7 +28,12 @@ from slurm_arnold.placement.bounds import (
     product_exact_bound,
     product_upper_bound,
 )
-from slurm_arnold.placement.mip import layout_from_row_sets
+from slurm_arnold.placement.mip import (
+    CountProblem,
+    layout_from_row_sets,
+    solve_box,
+    solve_box_typed,
+)
 from slurm_arnold.topology import Topology, parse_topology
 
 
@@ -156,6 +161,49 @@ def test_layout_from_row_sets_respects_stages_pipelines_and_capacity() -> None:
     roomy = {p: 12 for p in "abcdef"}
     assert layout_from_row_sets(roomy, 4, [{"a", "b"}, {"c", "d"}, {"e", "f"}], 2) is None
     assert layout_from_row_sets(roomy, 4, [{"a", "b"}, {"c", "d"}, {"e", "f"}], 3) is not None
+
+
+def _assert_within(layout: list[list[str]], caps: dict[str, int], a: int, b: int) -> None:
+    cols = len(layout[0])
+    assert all(len(set(row)) <= a for row in layout)
+    assert all(len({row[i] for row in layout}) <= b for i in range(cols))
+    for pod in {p for row in layout for p in row}:
+        assert sum(row.count(pod) for row in layout) <= caps[pod]
+
+
+def test_the_pipeline_type_model_decides_boxes_as_brute_force_does() -> None:
+    decided = infeasible = 0
+    for caps, rows, cols, _ in _instances(30, seed=17):
+        named = {f"p{i}": c for i, c in enumerate(caps)}
+        problem = CountProblem(named, rows, cols, 0.5)
+        for a in range(1, len(caps) + 1):
+            for b in range(1, len(caps) + 1):
+                status, layout = solve_box_typed(problem, (a, b), node_limit=10_000,
+                                                 time_limit=60)
+                feasible = _box_feasible(caps, rows, cols, a, b)
+                if layout is not None:
+                    assert feasible, (caps, rows, cols, a, b)
+                    _assert_within(layout, named, a, b)
+                    decided += 1
+                else:
+                    assert status == "infeasible" and not feasible, (caps, rows, cols, a, b)
+                    infeasible += 1
+    assert decided > 100 and infeasible > 20  # both outcomes exercised
+
+
+def test_the_pipeline_type_model_fills_a_box_whose_counts_do_not_realise() -> None:
+    # From Curie's replay (5,120 nodes; minipods' free units): 4 stages x 64 pipelines in box
+    # (3, 3). The count model finds counts there, none of which realises; the cell model took
+    # 72 s on it. The pipeline-type model is exact, and finds a layout.
+    caps = {f"p{i}": c for i, c in enumerate((115, 60, 27, 14, 12, 11, 10, 6, 2))}
+    problem = CountProblem(caps, 4, 64, 0.5)
+    assert solve_box(problem, (3, 3), node_limit=1000, time_limit=60).solutions
+    status, layout = solve_box_typed(problem, (3, 3), node_limit=200, time_limit=60)
+    assert layout is not None, status
+    _assert_within(layout, caps, 3, 3)
+    # Too big a model is not built.
+    assert solve_box_typed(problem, (3, 3), node_limit=200, time_limit=60,
+                           max_cells=100) == ("too big", None)
 
 
 @pytest.fixture(scope="module")

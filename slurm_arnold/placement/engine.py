@@ -17,6 +17,7 @@ from slurm_arnold.placement.mip import (
     layout_from_row_sets,
     solve_box,
     solve_box_exact,
+    solve_box_typed,
 )
 from slurm_arnold.placement.plan import Cell, Metrics, Placement, cells_from_rank_order, measure
 from slurm_arnold.placement.pool import Pool
@@ -25,8 +26,12 @@ from slurm_arnold.topology import Topology
 OFFLINE_ALGOS = ("mip", *BASELINES)
 #: With "slurm": the nodes slurmctld itself would choose (live only).
 ALGOS = (*OFFLINE_ALGOS, "slurm")
-# Largest stages x pipelines x minipods for which a box may be decided cell by cell.
-EXACT_MAX_BINARIES = 4000
+#: Largest stages x pipelines x minipods for which a box may be decided cell by cell. The cell
+#: model's node budget (CELL_NODES) bounds its work badly: each node's LP and cuts grow with
+#: the model. On the slowest boxes of Curie's replay (5,120 nodes, `arnold bench sim`), models
+#: of 768-2,560 binaries cost 12-65 s each and decided one box in seven; of 224-384, 1-3 s,
+#: and they decided most.
+EXACT_MAX_BINARIES = 500
 
 
 def check_alpha(alpha: float) -> float:
@@ -112,9 +117,15 @@ DEFAULT_TIME_LIMIT = 10.0
 #: the proof rate and wall time this gives.
 BOX_WORK = 62_500_000
 BOX_MIN_NODES = 50
-#: SCIP nodes for realising one box's counts, and for the per-cell model of small jobs.
+#: SCIP nodes for realising one box's counts, for the pipeline-type model and for the
+#: per-cell model of small jobs.
 REALISE_NODES = 1000
+TYPED_NODES = 200
 CELL_NODES = 200
+#: Largest pipeline-type model (x variables: types x minipods per type x stages) tried. On the
+#: slowest boxes of Curie's replay, models up to about a thousand cost 0.2-2.5 s and found
+#: layouts in boxes the cell model left open after 15-70 s.
+TYPED_MAX_CELLS = 5000
 #: Stop after this many boxes in a row that SCIP could neither rule out nor fill: a later box
 #: can still improve the answer (a bigger box is easier to fill) but no longer the bound.
 STALL_BOXES = 2
@@ -255,6 +266,7 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
 
 #: Names of the arguments by which SCIP rules a box out, as reported in ``--json``.
 COUNT_MODEL = "count model (SCIP)"
+TYPED_MODEL = "pipeline-type model (SCIP)"
 CELL_MODEL = "cell model (SCIP)"
 
 
@@ -287,6 +299,16 @@ def _solve_box(box: tuple[float, int, int], caps: dict[str, int], pool: Pool, jo
                                           time_limit=seconds_left - (time.monotonic() - t0))
         if layout is not None:
             layouts.append(layout)
+    if not layouts and result.solutions:
+        # Counts that do not realise: decide the box with pipelines counted by type (exact).
+        status, typed = solve_box_typed(problem, (a, b), node_limit=TYPED_NODES,
+                                        time_limit=seconds_left - (time.monotonic() - t0),
+                                        max_cells=TYPED_MAX_CELLS)
+        record["typed"] = status
+        if status == "infeasible":
+            record["proved_by"] = TYPED_MODEL
+            return [], "infeasible", record
+        layouts = [typed] if typed is not None and layout_fits(typed, caps) else []
     if not layouts and result.solutions and job.units * limit <= EXACT_MAX_BINARIES:
         # Counts that do not realise, on a job small enough to decide cell by cell.
         status, exact = solve_box_exact(problem, (a, b), node_limit=CELL_NODES,

@@ -207,6 +207,73 @@ def layout_from_row_sets(capacities: dict[str, int], columns: int,
     return layout
 
 
+def solve_box_typed(problem: CountProblem, limits: tuple[int, int], *, node_limit: int,
+                    time_limit: float, max_cells: int = 20_000
+                    ) -> tuple[str, list[list[str]] | None]:
+    """Status and, when found, a layout with spreads within ``limits`` = (a, b), from a model
+    that is exact but counts pipelines instead of naming them.
+
+    Pipelines are interchangeable, so a placement is described by how many pipelines have each
+    *type* T (a set of b minipods they may use: w[T]) and how many of those put stage j in
+    minipod p (x[j,p,T]); r[j,p] marks the minipods stage j uses. Every integer solution is a
+    placement (the pipelines of type T take stage j's minipods in any order) and every
+    placement is one, so ``infeasible`` proves the box empty. Status ``too big`` when it would
+    have more than ``max_cells`` x variables.
+    """
+    caps = problem.capacities
+    pods = list(caps)
+    stages = range(problem.stages)
+    cols = problem.columns
+    a, b = limits
+    size = min(b, len(pods))
+    types = list(itertools.combinations(pods, size))
+    if len(types) * size * problem.stages > max_cells:
+        return "too big", None
+    from pyscipopt import Model, quicksum
+
+    m = Model("arnold-placement-typed")
+    m.hideOutput()
+    w = {t: m.addVar(f"w{t}", vtype="I", lb=0, ub=cols) for t in types}
+    x = {(j, p, t): m.addVar(f"x[{j},{p},{t}]", vtype="I", lb=0, ub=min(cols, caps[p]))
+         for j in stages for t in types for p in t}
+    r = {(j, p): m.addVar(f"r[{j},{p}]", vtype="B") for j in stages for p in pods}
+    m.addCons(quicksum(w.values()) == cols, name="EveryPipeline")
+    by_stage_pod: dict[tuple[int, str], list[Any]] = {(j, p): [] for j in stages for p in pods}
+    for (j, p, _), var in x.items():
+        by_stage_pod[j, p].append(var)
+    for j in stages:
+        for t in types:
+            m.addCons(quicksum(x[j, p, t] for p in t) == w[t], name=f"StagePlaced({j},{t})")
+        for p in pods:
+            m.addCons(quicksum(by_stage_pod[j, p]) <= min(cols, caps[p]) * r[j, p],
+                      name=f"DpGroupUses({j},{p})")
+        m.addCons(quicksum(r[j, p] for p in pods) <= a, name=f"DpSpread({j})")
+    for p in pods:
+        m.addCons(quicksum(v for j in stages for v in by_stage_pod[j, p]) <= caps[p],
+                  name=f"Capacity({p})")
+    m.setParam("limits/nodes", node_limit)
+    m.setParam("limits/time", max(0.05, time_limit))
+    m.setParam("limits/solutions", 1)
+    m.setParam("randomization/randomseedshift", SCIP_SEED)
+    m.optimize()
+    status = str(m.getStatus())
+    if m.getNSols() == 0:
+        return status, None
+    sol = m.getBestSol()
+    layout = [[""] * cols for _ in stages]
+    first = 0
+    for t in types:
+        count = round(m.getSolVal(sol, w[t]))
+        for j in stages:
+            col = first
+            for p in t:
+                for _ in range(round(m.getSolVal(sol, x[j, p, t]))):
+                    layout[j][col] = p
+                    col += 1
+        first += count
+    return status, layout
+
+
 def build_exact_model(problem: CountProblem,
                       limits: tuple[int, int]) -> tuple[Model, dict[str, Any]]:
     """The per-cell model of one spread box, for boxes the count model leaves open on small
