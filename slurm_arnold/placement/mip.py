@@ -30,6 +30,7 @@ matches, the placement reaches the model's objective and is therefore optimal.
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -226,9 +227,10 @@ def solve_box_typed(problem: CountProblem, limits: tuple[int, int], *, node_limi
     cols = problem.columns
     a, b = limits
     size = min(b, len(pods))
-    types = list(itertools.combinations(pods, size))
-    if len(types) * size * problem.stages > max_cells:
+    # Counted before they are listed: a wide box over many minipods has millions of types.
+    if math.comb(len(pods), size) * size * problem.stages > max_cells:
         return "too big", None
+    types = list(itertools.combinations(pods, size))
     from pyscipopt import Model, quicksum
 
     m = Model("arnold-placement-typed")
