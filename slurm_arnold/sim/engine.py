@@ -52,9 +52,9 @@ BSLD_TAU = 10.0  # seconds: the bounded-slowdown floor for very short jobs
 
 
 #: The simulator's placement safety net (s), so that a replay's placements do not depend on
-#: the machine's load. The node limits do not bound every solve tightly: Curie's slowest took
-#: 275 s on a shared machine (``placement_slowest_s``, docs/sim.md), so this is not far above
-#: what they allow; ``placements_time_limited`` says whether a replay reached it.
+#: the machine's load. The engine's work limits decide: Curie's slowest solve took 10 s
+#: (``placement_slowest_s``, docs/sim.md; 275 s before the pipeline-type model replaced most
+#: of the cell model's work); ``placements_time_limited`` says whether a replay reached it.
 SIM_PLACEMENT_SAFETY_S = 600.0
 
 
