@@ -634,9 +634,14 @@ class Reserver:
         # 3. New reservations for imminent LPJs, in priority order.
         ours = sum(1 for n in snap.reservations if lpj_of(n) is not None
                    and snap.jobs.get(lpj_of(n) or -1) is not None)
-        for job in _by_priority(snap.jobs.values()):
+        for queued in _by_priority(snap.jobs.values()):
             if ours >= self.settings.max_reservations:
                 break
+            # The snapshot is read again after each reservation made: a job of the first
+            # reading may have started or ended since (then it needs none).
+            job = snap.jobs.get(queued.job_id)
+            if job is None:
+                continue
             if (job.state != "PENDING" or not snap.is_lpj(job, self.config) or job.held
                     or reservation_name(job.job_id) in snap.reservations
                     or job.reason not in WAITING_FOR_NODES or job.reservation):
