@@ -28,9 +28,10 @@ OFFLINE_ALGOS = ("mip", *BASELINES)
 ALGOS = (*OFFLINE_ALGOS, "slurm")
 #: Largest stages x pipelines x minipods for which a box may be decided cell by cell. The cell
 #: model's node budget (CELL_NODES) bounds its work badly: each node's LP and cuts grow with
-#: the model. On the slowest boxes of Curie's replay (5,120 nodes, `arnold bench sim`), models
-#: of 768-2,560 binaries cost 12-65 s each and decided one box in seven; of 224-384, 1-3 s,
-#: and they decided most.
+#: the model. On the slowest boxes of Curie's replay (5,120 nodes; a one-off development
+#: measurement, docs/placement.md), models of 768-2,560 binaries cost 12-72 s each and decided
+#: one box in seven; of 224-384, 1-3 s, and they decided most. `arnold bench placement` (other
+#: clusters and shapes) gave every case the same answer with it.
 EXACT_MAX_BINARIES = 500
 
 
@@ -123,8 +124,8 @@ REALISE_NODES = 1000
 TYPED_NODES = 200
 CELL_NODES = 200
 #: Largest pipeline-type model (x variables: types x minipods per type x stages) tried. On the
-#: slowest boxes of Curie's replay, models up to about a thousand cost 0.2-2.5 s and found
-#: layouts in boxes the cell model left open after 15-70 s.
+#: slowest boxes of Curie's replay (the same measurement), models up to about a thousand cost
+#: 0.2-2.5 s and found layouts in boxes the cell model left open after 12-72 s.
 TYPED_MAX_CELLS = 5000
 #: Stop after this many boxes in a row that SCIP could neither rule out nor fill: a later box
 #: can still improve the answer (a bigger box is easier to fill) but no longer the bound.

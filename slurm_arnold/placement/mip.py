@@ -191,21 +191,7 @@ def layout_from_row_sets(capacities: dict[str, int], columns: int,
     m.optimize()
     if m.getNSols() == 0:
         return None
-    sol = m.getBestSol()
-    layout = [[""] * columns for _ in stages]
-    first = 0
-    for t in types:
-        count = round(m.getSolVal(sol, w[t]))
-        for j in stages:
-            col = first
-            for p in t:
-                if p not in row_sets[j]:
-                    continue
-                for _ in range(round(m.getSolVal(sol, x[j, p, t]))):
-                    layout[j][col] = p
-                    col += 1
-        first += count
-    return layout
+    return _layout_from_types(m, types, w, x, len(row_sets), columns)
 
 
 def solve_box_typed(problem: CountProblem, limits: tuple[int, int], *, node_limit: int,
@@ -261,19 +247,27 @@ def solve_box_typed(problem: CountProblem, limits: tuple[int, int], *, node_limi
     status = str(m.getStatus())
     if m.getNSols() == 0:
         return status, None
+    return status, _layout_from_types(m, types, w, x, problem.stages, cols)
+
+
+def _layout_from_types(m: Model, types: Sequence[tuple[str, ...]], w: dict[Any, Any],
+                       x: dict[Any, Any], stages: int, columns: int) -> list[list[str]]:
+    """The best solution of a pipeline-type model as a layout: the w[T] pipelines of each
+    type take consecutive columns, and stage j of them the minipods of T, x[j,p,T] each (a
+    missing x[j,p,T] is a minipod stage j may not use)."""
     sol = m.getBestSol()
-    layout = [[""] * cols for _ in stages]
+    layout = [[""] * columns for _ in range(stages)]
     first = 0
     for t in types:
-        count = round(m.getSolVal(sol, w[t]))
-        for j in stages:
+        for j in range(stages):
             col = first
             for p in t:
-                for _ in range(round(m.getSolVal(sol, x[j, p, t]))):
+                var = x.get((j, p, t))
+                for _ in range(0 if var is None else round(m.getSolVal(sol, var))):
                     layout[j][col] = p
                     col += 1
-        first += count
-    return status, layout
+        first += round(m.getSolVal(sol, w[t]))
+    return layout
 
 
 def build_exact_model(problem: CountProblem,
