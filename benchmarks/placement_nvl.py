@@ -34,6 +34,7 @@ from slurm_arnold.placement import JobShape, Placement, place
 from slurm_arnold.placement.baselines import BASELINES
 from slurm_arnold.placement.baselines import block_rule as slurm_block_rule
 from slurm_arnold.placement.engine import place_from_node_list
+from slurm_arnold.placement.plan import spreads_per_tier
 from slurm_arnold.rankorder import parse as parse_rankorder
 from slurm_arnold.rankorder import write_files
 from slurm_arnold.topology import Topology, parse_topology
@@ -92,6 +93,12 @@ def block_rule(topology: Topology, free: list[str], job: JobShape) -> list[str] 
     return slurm_block_rule(topology, free, job.nodes, job.nodes_per_unit)
 
 
+def tier_spreads(placement: Placement, topology: Topology) -> dict[str, float]:
+    """Weighted spread (alpha x DP + (1 - alpha) x PP) at every tier, nearest first."""
+    return {t["tier"]: round(ALPHA * t["max_dp_spread"] + (1 - ALPHA) * t["max_pp_spread"], 6)
+            for t in spreads_per_tier(placement.cells, topology)}
+
+
 def tp_groups_split(placement: Placement, topology: Topology, tmp: Path) -> int:
     """TP groups whose nodes are in more than one rack, read from the rank-order file."""
     rankfile, _ = write_files(tmp, placement, "0123abcd")
@@ -140,6 +147,7 @@ def _case(topo: Topology, free: list[str], job: JobShape, tmp: Path) -> dict[str
     result: dict[str, Any] = {"tp": job.tp, "pp": job.pp, "dp": job.dp, "nodes": job.nodes,
                               "seconds": round(seconds, 3), "gap": ours.gap,
                               "spreads": {"mip": ours.metrics.weighted_spread},
+                              "per_tier": {"mip": tier_spreads(ours, topo)},
                               "split_groups": {"mip": tp_groups_split(ours, topo, tmp)},
                               "whole_racks_before": whole_racks_left(topo, free, []),
                               "whole_racks_left": {"mip": whole_racks_left(topo, free,
@@ -148,16 +156,23 @@ def _case(topo: Topology, free: list[str], job: JobShape, tmp: Path) -> dict[str
     if chosen is not None:
         theirs = place_from_node_list("slurm-block", chosen, topo, job, ALPHA)
         result["spreads"]["slurm-block"] = theirs.metrics.weighted_spread
+        result["per_tier"]["slurm-block"] = tier_spreads(theirs, topo)
         result["split_groups"]["slurm-block"] = tp_groups_split(theirs, topo, tmp)
         result["whole_racks_left"]["slurm-block"] = whole_racks_left(topo, free, chosen)
     for algo in BASELINES:
         baseline = place(topo, free, job, algo=algo, alpha=ALPHA)
         result["spreads"][algo] = baseline.metrics.weighted_spread
+        result["per_tier"][algo] = tier_spreads(baseline, topo)
         result["split_groups"][algo] = tp_groups_split(baseline, topo, tmp)
     valid = [a for a, s in result["split_groups"].items() if s == 0 and a != "mip"]
     best = min((result["spreads"][a] for a in valid), default=math.inf)
     result["best_other_valid"] = best
     result["ratio"] = round(ours.metrics.weighted_spread / best, 4) if best < math.inf else None
+    # Per tier: the tiers where ours is worse than the block rule, or than a valid baseline.
+    mine = result["per_tier"]["mip"]
+    result["worse_tiers"] = {
+        algo: [t for t, v in result["per_tier"][algo].items() if v < mine[t] - 1e-9]
+        for algo in valid}
     return result
 
 
@@ -186,8 +201,24 @@ def summarise(cases: list[dict[str, Any]]) -> dict[str, Any]:
             "baselines_splitting_groups": sorted({a for c in mine
                                                   for a, s in c["split_groups"].items()
                                                   if s and a != "mip"}),
+            # Per tier (nearest first): mean ratio ours / block rule, and in how many cases
+            # ours is worse there than the block rule or than some valid baseline.
+            "per_tier": {
+                tier: {"ratio_to_block_rule_mean": _mean(
+                           [c["per_tier"]["mip"][tier] / c["per_tier"]["slurm-block"][tier]
+                            for c in mine if "slurm-block" in c["per_tier"]]),
+                       "cases_worse_than_block_rule": sum(
+                           tier in c["worse_tiers"].get("slurm-block", []) for c in mine),
+                       "cases_worse_than_a_valid_baseline": sum(
+                           any(tier in w for a, w in c["worse_tiers"].items()
+                               if a != "slurm-block") for c in mine)}
+                for tier in mine[0]["per_tier"]["mip"]},
         }
     return out
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(sum(values) / len(values), 4) if values else None
 
 
 def markdown(result: dict[str, Any], command: str) -> str:
@@ -215,6 +246,18 @@ def markdown(result: dict[str, Any], command: str) -> str:
                      f"{', '.join(s['baselines_splitting_groups']) or 'none'} | "
                      f"{s['whole_racks_left_mean'].get('mip')} / "
                      f"{s['whole_racks_left_mean'].get('slurm-block')} |")
+    lines += ["", "Per tier, nearest first (weighted spread counted in NVLink domains, leaves, "
+              "spines, the core): mean ratio ours / block rule, and the cases where ours is "
+              "worse at that tier than the block rule or than a valid baseline (the MIP "
+              "optimises the spine tier; inside each spine `placement.arrange` tightens the "
+              "tiers below, by their sum).", "",
+              "| scale | tier | ours / block rule, mean | cases worse than block rule | "
+              "cases worse than a valid baseline |", "|---|---|---|---|---|"]
+    for scale, s in result["summary"].items():
+        for tier, t in s["per_tier"].items():
+            lines.append(f"| {scale} GPUs | {tier} | {t['ratio_to_block_rule_mean']} | "
+                         f"{t['cases_worse_than_block_rule']} of {s['cases']} | "
+                         f"{t['cases_worse_than_a_valid_baseline']} of {s['cases']} |")
     lines += ["", "| scale | busy | TP x PP x DP | nodes | ours | block rule | best-fit | "
               "topo-aware | ours (s) |", "|---|---|---|---|---|---|---|---|---|"]
     for c in result["cases"]:

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterable
 
 from slurm_arnold.errors import InfeasibleError
+from slurm_arnold.placement.arrange import arrange
 from slurm_arnold.placement.bands import band_layout, exact_band_layout
 from slurm_arnold.placement.baselines import BASELINES, aligned_cells, baseline_cells
 from slurm_arnold.placement.bounds import BoxJudge, box_costs
@@ -44,11 +45,14 @@ def check_alpha(alpha: float) -> float:
 
 def place(topology: Topology, free: Iterable[str], job: JobShape, *, algo: str = "mip",
           alpha: float = 0.5, time_limit: float | None = None, seed: int = 0,
-          max_spreads: tuple[int, int] | None = None) -> Placement:
+          max_spreads: tuple[int, int] | None = None, lower_tiers: bool = True) -> Placement:
     """Place ``job`` on the ``free`` nodes of ``topology`` with ``algo``.
 
     ``max_spreads`` (DP, PP; MIP only) keeps both spreads within those limits: the best
     weighted placement among those that are nowhere worse.
+
+    ``lower_tiers`` (MIP only): arrange the cells inside each minipod for the tiers below it
+    (``placement.arrange``); the minipod spreads are the same either way.
 
     ``time_limit`` (default ``DEFAULT_TIME_LIMIT``) is a safety net: node limits decide when
     the MIP stops, so its answer does not depend on the machine's load unless this is hit.
@@ -70,7 +74,8 @@ def place(topology: Topology, free: Iterable[str], job: JobShape, *, algo: str =
         return Placement(algo, job, alpha, cells, measure(cells, job, topology, alpha),
                          time.monotonic() - t0)
     if algo == "mip":
-        return _place_mip(topology, free_list, job, alpha, time_limit, seed, t0, max_spreads)
+        return _place_mip(topology, free_list, job, alpha, time_limit, seed, t0, max_spreads,
+                          lower_tiers)
     raise InfeasibleError(f"unknown placement algorithm {algo!r}; use one of "
                           f"{', '.join(OFFLINE_ALGOS)}")
 
@@ -136,7 +141,8 @@ START_SEEDS = (0, 1, 2)
 
 def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
                time_limit: float, seed: int, t0: float,
-               max_spreads: tuple[int, int] | None = None) -> Placement:
+               max_spreads: tuple[int, int] | None = None,
+               lower_tiers: bool = True) -> Placement:
     del seed  # the MIP's answer must not depend on it; see START_SEEDS and SCIP_SEED
     cap_dp, cap_pp = max_spreads or (math.inf, math.inf)
 
@@ -253,6 +259,10 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
     if not best_cells:
         raise InfeasibleError(f"no placement keeps DP spread <= {cap_dp} and PP spread <= "
                               f"{cap_pp}")
+    # Inside each minipod, the tiers below it (the minipod spreads stay as they are).
+    if lower_tiers:
+        best_cells = arrange(best_cells, pool, job, alpha)
+    phases["arrange"] = time.monotonic() - t0 - sum(phases.values())
     dual = min(dual, best.weighted_spread)
     status = "optimal" if best.weighted_spread <= dual + 1e-9 else "gap"
     gap = (best.weighted_spread - dual) / best.weighted_spread if best.weighted_spread else 0.0

@@ -72,8 +72,11 @@ class PlacementMemo:
                      for cell, spots in where.items()}
             return replace(placement, cells=cells, solve_seconds=0.0)
         self.misses += 1
+        # The simulator reports minipod spreads only; it keeps the MIP's own arrangement
+        # inside minipods (arranging for the tiers below costs time per placement and would
+        # move which nodes later jobs find free, so its published runs would not replay).
         placement = place(self.topology, pool, shape, algo=self.algo, alpha=self.alpha,
-                          time_limit=self.time_limit)
+                          time_limit=self.time_limit, lower_tiers=False)
         self.slowest_s = max(self.slowest_s, placement.solve_seconds)
         self.time_limited += placement.info.get("stopped") == "time limit"
         spot = {name: (p, leaf, k) for p, leaves in enumerate(by_pod)

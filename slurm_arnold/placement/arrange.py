@@ -1,0 +1,226 @@
+"""Arrange a placement inside its minipods so the tiers below them stay tight too.
+
+The MIP decides which minipod holds each cell of the communication matrix; that fixes the
+spreads it optimises (distinct minipods per DP and PP group). Inside a minipod any assignment
+of its cells to its free units keeps those spreads, but not the spreads counted at the tiers
+below (leaf switches, and the NVLink domains where the topology has them): a DP group laid
+along one pipeline after another crosses many racks where Slurm's block rule, filling racks in
+rank order, crosses few.
+
+``arrange`` tries a few arrangements, the same in every minipod, and keeps the best by the
+lower tiers' weighted spreads (alpha x DP + (1 - alpha) x PP), compared from the tier just
+below the minipod downwards (a tier nearer the top carries more traffic over fewer links), then
+by whole NVLink domains left free, then by the order tried (the MIP's own arrangement first).
+
+An arrangement is a unit order and a tile height ``r``. Units: the minipod's fullest leaf
+first, inside it the fullest domain first (or, the other variant, partly used domains before
+whole ones, which keeps whole domains for other jobs). Cells: tiles of ``r`` stages, in each
+tile pipeline after pipeline, so a rack of ``u`` units holds about ``u / r`` pipelines of ``r``
+stages: ``r = 1`` fills racks along DP groups (Slurm's rank order), ``r = PP`` along pipelines.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from slurm_arnold.placement.job import JobShape
+from slurm_arnold.placement.plan import Cell
+from slurm_arnold.placement.pool import Pool
+from slurm_arnold.topology import Topology
+
+#: Tile heights always tried (besides every divisor of PP): small tiles matter most, since a
+#: rack holds few units.
+SMALL_HEIGHTS = 8
+#: Rounds of improving one minipod at a time after the best common rule.
+DESCENT_PASSES = 3
+
+
+def lower_tiers(topology: Topology) -> list[tuple[str, Callable[[str], str]]]:
+    """The tiers below the minipod, nearest the minipod first: (name, node -> place)."""
+    out: list[tuple[str, Callable[[str], str]]] = []
+    for level in range(topology.minipod_level - 1, -1, -1):
+        name = "leaf" if level == 0 else f"level {level}"
+        out.append((name, functools.partial(_at, topology, level=level)))
+    leaf_is_domain = bool(topology.domains) and all(
+        topology.node_leaf[n] == d for n, d in topology.domains.items())
+    if topology.domains and not leaf_is_domain:
+        out.append(("nvlink domain", lambda n: topology.domains.get(n, n)))
+    return out
+
+
+def _at(topology: Topology, node: str, *, level: int) -> str:
+    path = topology.path_of(node)
+    return path[min(level, len(path) - 1)]
+
+
+def tile_heights(pp: int) -> list[int]:
+    """Tile heights tried: 1 .. SMALL_HEIGHTS and every divisor of ``pp`` (``pp`` included)."""
+    return sorted({r for r in range(1, min(pp, SMALL_HEIGHTS) + 1)}
+                  | {r for r in range(1, pp + 1) if pp % r == 0})
+
+
+def lower_tier_score(cells: Mapping[Cell, Sequence[str]], alpha: float,
+                     tiers: Sequence[tuple[str, Callable[[str], str]]]) -> tuple[float, ...]:
+    """alpha x worst DP spread + (1 - alpha) x worst PP spread at each of ``tiers``."""
+    out = []
+    for _, where in tiers:
+        rows: dict[int, set[str]] = {}
+        cols: dict[int, set[str]] = {}
+        for (pp, col), nodes in cells.items():
+            places = {where(n) for n in nodes}
+            rows.setdefault(pp, set()).update(places)
+            cols.setdefault(col, set()).update(places)
+        dp = max((len(v) for v in rows.values()), default=0)
+        pp_spread = max((len(v) for v in cols.values()), default=0)
+        out.append(round(alpha * dp + (1 - alpha) * pp_spread, 6))
+    return tuple(out)
+
+
+def _unit_order(pool: Pool, pod: str, whole_last: bool) -> list[list[str]]:
+    """The minipod's units, fullest leaf (and tier below the minipod) first; inside a leaf
+    fullest group first, or partly used domains first when ``whole_last``."""
+    topology, m = pool.topology, pool.nodes_per_unit
+    groups = pool.groups[pod]
+    units = {g: len(nodes) // m for g, nodes in groups.items()}
+
+    def path(group: str) -> tuple[str, ...]:
+        node = groups[group][0]
+        full = topology.path_of(node)
+        return tuple(full[k] for k in range(topology.minipod_level - 1, -1, -1))
+
+    paths = {g: path(g) for g in groups}
+    totals: dict[tuple[str, ...], int] = {}
+    for g, p in paths.items():
+        for depth in range(1, len(p) + 1):
+            totals[p[:depth]] = totals.get(p[:depth], 0) + units[g]
+    tree_order = {g: i for i, g in enumerate(groups)}
+
+    def key(group: str) -> tuple[object, ...]:
+        p = paths[group]
+        fullness = tuple(-totals[p[:depth]] for depth in range(1, len(p) + 1))
+        # Same fullness: keep the places of one switch together, in tree order.
+        own = (group in pool.whole, -units[group]) if whole_last else (-units[group],)
+        return (*sum(((f, p[i]) for i, f in enumerate(fullness)), ()), *own,
+                tree_order[group])
+
+    out: list[list[str]] = []
+    for group in sorted(groups, key=key):
+        nodes = groups[group]
+        out.extend(nodes[i * m:(i + 1) * m] for i in range(units[group]))
+    return out
+
+
+def _tile_key(r: int, snake: bool) -> Callable[[Cell], tuple[int, int, int]]:
+    """Cells in tiles of ``r`` stages, pipeline after pipeline inside a tile; with ``snake``
+    every other tile runs its pipelines backwards, so consecutive tiles meet in one rack."""
+    def key(cell: Cell) -> tuple[int, int, int]:
+        tile = cell[0] // r
+        return tile, -cell[1] if snake and tile % 2 else cell[1], cell[0]
+    return key
+
+
+def whole_domains_left(cells: Mapping[Cell, Sequence[str]], pool: Pool) -> int:
+    """Whole free NVLink domains that ``cells`` leave whole."""
+    if not pool.whole:
+        return 0
+    touched = {pool.topology.domains.get(n) for nodes in cells.values() for n in nodes}
+    return len(pool.whole - touched)
+
+
+@dataclass
+class _Variant:
+    """One arrangement of one minipod's cells, and what it adds to each group's spread at
+    each lower tier (a place below a minipod belongs to that minipod, so a group's spread at
+    such a tier is the sum over minipods)."""
+
+    cells: dict[Cell, list[str]]
+    rows: np.ndarray  # tiers x stages: places each DP group touches here
+    cols: np.ndarray  # tiers x pipelines: places each pipeline touches here
+    whole_touched: int
+
+
+def _variant(cells: dict[Cell, list[str]], job: JobShape, pool: Pool,
+             tiers: Sequence[tuple[str, Callable[[str], str]]]) -> _Variant:
+    rows = np.zeros((len(tiers), job.pp), dtype=np.int64)
+    cols = np.zeros((len(tiers), job.columns), dtype=np.int64)
+    for t, (_, where) in enumerate(tiers):
+        row_places: dict[int, set[str]] = {}
+        col_places: dict[int, set[str]] = {}
+        for (pp, col), nodes in cells.items():
+            places = {where(n) for n in nodes}
+            row_places.setdefault(pp, set()).update(places)
+            col_places.setdefault(col, set()).update(places)
+        for j, places in row_places.items():
+            rows[t, j] = len(places)
+        for c, places in col_places.items():
+            cols[t, c] = len(places)
+    domains = pool.topology.domains
+    touched = len({domains.get(n) for nodes in cells.values() for n in nodes} & pool.whole)
+    return _Variant(cells, rows, cols, touched)
+
+
+def arrange(cells: dict[Cell, list[str]], pool: Pool, job: JobShape,
+            alpha: float) -> dict[Cell, list[str]]:
+    """``cells`` rearranged inside each minipod for the tiers below it (module docstring);
+    every cell stays in its minipod, so the minipod spreads are unchanged."""
+    topology = pool.topology
+    tiers = lower_tiers(topology)
+    if not tiers or not cells:
+        return cells
+    by_pod: dict[str, list[Cell]] = {}
+    for cell, nodes in cells.items():
+        by_pod.setdefault(topology.minipod_of(nodes[0]), []).append(cell)
+    # Variant 0 of every minipod is what it had; the others are tried in the same order in
+    # every minipod, so one index means one rule everywhere.
+    variants: dict[str, list[_Variant]] = {}
+    for pod, want in by_pod.items():
+        mine = [{c: cells[c] for c in want}]
+        for units in (_unit_order(pool, pod, True), _unit_order(pool, pod, False),
+                      pool.units_in(pod)):
+            for r in tile_heights(job.pp):
+                for snake in (False, True):
+                    mine.append(dict(zip(sorted(want, key=_tile_key(r, snake)), units,
+                                         strict=False)))
+        variants[pod] = [_variant(v, job, pool, tiers) for v in mine]
+
+    def score(rows: np.ndarray, cols: np.ndarray, touched: int) -> tuple[object, ...]:
+        per_tier = tuple(round(alpha * float(rows[t].max()) + (1 - alpha) * float(cols[t].max()),
+                               6) for t in range(len(tiers)))
+        return sum(per_tier), per_tier, touched
+
+    def totals(choice: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray, int]:
+        chosen = [variants[pod][v] for pod, v in choice.items()]
+        return (sum(v.rows for v in chosen), sum(v.cols for v in chosen),  # type: ignore[return-value]
+                sum(v.whole_touched for v in chosen))
+
+    count = len(next(iter(variants.values())))
+    # The best single rule for every minipod, then each minipod's own best given the others
+    # (the totals move by one minipod's share, so a trial costs one subtraction and one sum).
+    def everywhere(index: int) -> dict[str, int]:
+        return {pod: index for pod in by_pod}
+
+    best_index = min(range(count), key=lambda i: (score(*totals(everywhere(i))), i))
+    choice = everywhere(best_index)
+    rows, cols, touched = totals(choice)
+    best = score(rows, cols, touched)
+    for _ in range(DESCENT_PASSES):
+        improved = False
+        for pod in by_pod:
+            old = variants[pod][choice[pod]]
+            for v, new in enumerate(variants[pod]):
+                trial = (rows - old.rows + new.rows, cols - old.cols + new.cols,
+                         touched - old.whole_touched + new.whole_touched)
+                trial_score = score(*trial)
+                if trial_score < best:
+                    best, (rows, cols, touched), old = trial_score, trial, new
+                    choice[pod], improved = v, True
+        if not improved:
+            break
+    out: dict[Cell, list[str]] = {}
+    for pod, v in choice.items():
+        out.update(variants[pod][v].cells)
+    return out
