@@ -89,6 +89,10 @@ def test_nvl_quick_bench_keeps_tp_groups_in_racks_and_never_loses(tmp_path: Path
         assert case["split_groups"]["mip"] == 0
         assert case["spreads"]["mip"] <= case["spreads"]["slurm-block"] + 1e-9
         assert case["split_groups"]["slurm-block"] == 0  # segments keep its groups whole
+        ours, plain = case["per_tier"]["mip"], case["per_tier"]["mip-unarranged"]
+        assert list(ours) == ["nvlink domain", "leaf", "minipod", "core"]
+        assert ours["minipod"] == plain["minipod"] == case["spreads"]["mip"]
+        assert ours["nvlink domain"] + ours["leaf"] <= plain["nvlink domain"] + plain["leaf"]
     for scale in doc["summary"].values():
         assert scale["never_worse_than_valid_baselines"] is True
     assert not docs.exists()

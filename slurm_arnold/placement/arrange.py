@@ -114,53 +114,82 @@ def _unit_order(pool: Pool, pod: str, whole_last: bool) -> list[list[str]]:
     return out
 
 
-def _tile_key(r: int, snake: bool) -> Callable[[Cell], tuple[int, int, int]]:
-    """Cells in tiles of ``r`` stages, pipeline after pipeline inside a tile; with ``snake``
-    every other tile runs its pipelines backwards, so consecutive tiles meet in one rack."""
-    def key(cell: Cell) -> tuple[int, int, int]:
-        tile = cell[0] // r
-        return tile, -cell[1] if snake and tile % 2 else cell[1], cell[0]
-    return key
-
-
-def whole_domains_left(cells: Mapping[Cell, Sequence[str]], pool: Pool) -> int:
-    """Whole free NVLink domains that ``cells`` leave whole."""
-    if not pool.whole:
-        return 0
-    touched = {pool.topology.domains.get(n) for nodes in cells.values() for n in nodes}
-    return len(pool.whole - touched)
-
-
 @dataclass
 class _Variant:
     """One arrangement of one minipod's cells, and what it adds to each group's spread at
     each lower tier (a place below a minipod belongs to that minipod, so a group's spread at
     such a tier is the sum over minipods)."""
 
-    cells: dict[Cell, list[str]]
+    units: list[list[str]]  # the units, in the order the cells take them
+    order: np.ndarray  # the minipod's cells (indices into its list), in that order
     rows: np.ndarray  # tiers x stages: places each DP group touches here
     cols: np.ndarray  # tiers x pipelines: places each pipeline touches here
     whole_touched: int
 
 
-def _variant(cells: dict[Cell, list[str]], job: JobShape, pool: Pool,
-             tiers: Sequence[tuple[str, Callable[[str], str]]]) -> _Variant:
-    rows = np.zeros((len(tiers), job.pp), dtype=np.int64)
-    cols = np.zeros((len(tiers), job.columns), dtype=np.int64)
-    for t, (_, where) in enumerate(tiers):
-        row_places: dict[int, set[str]] = {}
-        col_places: dict[int, set[str]] = {}
-        for (pp, col), nodes in cells.items():
-            places = {where(n) for n in nodes}
-            row_places.setdefault(pp, set()).update(places)
-            col_places.setdefault(col, set()).update(places)
-        for j, places in row_places.items():
-            rows[t, j] = len(places)
-        for c, places in col_places.items():
-            cols[t, c] = len(places)
-    domains = pool.topology.domains
-    touched = len({domains.get(n) for nodes in cells.values() for n in nodes} & pool.whole)
-    return _Variant(cells, rows, cols, touched)
+class _Places:
+    """Integer ids of every node's place at each lower tier (computed once per node)."""
+
+    def __init__(self, pool: Pool, tiers: Sequence[tuple[str, Callable[[str], str]]]) -> None:
+        self.pool = pool
+        self.tiers = tiers
+        self.ids: list[dict[str, int]] = [{} for _ in tiers]
+        self.node: dict[str, tuple[int, ...]] = {}
+
+    def of(self, units: Sequence[Sequence[str]]) -> np.ndarray:
+        """tiers x units x nodes per unit: the place ids of ``units``' nodes."""
+        out = np.empty((len(self.tiers), len(units), self.pool.nodes_per_unit), dtype=np.int64)
+        for u, nodes in enumerate(units):
+            for k, node in enumerate(nodes):
+                ids = self.node.get(node)
+                if ids is None:
+                    ids = tuple(table.setdefault(where(node), len(table))
+                                for table, (_, where) in zip(self.ids, self.tiers, strict=True))
+                    self.node[node] = ids
+                out[:, u, k] = ids
+        return out
+
+    def whole_touched(self, units: Sequence[Sequence[str]]) -> int:
+        """Whole free domains that ``units`` touch."""
+        if not self.pool.whole:
+            return 0
+        domains = self.pool.topology.domains
+        return len({domains.get(n) for nodes in units for n in nodes} & self.pool.whole)
+
+
+def _distinct(groups: np.ndarray, places: np.ndarray, size: int) -> np.ndarray:
+    """Per group index 0..size-1, how many distinct places its entries have."""
+    span = int(places.max()) + 1 if places.size else 1
+    pairs = np.unique(groups * span + places)
+    return np.bincount(pairs // span, minlength=size)
+
+
+def _variant(units: list[list[str]], order: np.ndarray, rows_of: np.ndarray,
+             cols_of: np.ndarray, places: np.ndarray, job: JobShape,
+             whole_touched: int) -> _Variant:
+    """The variant where the minipod's cells, in ``order``, take ``units`` (whose place ids
+    are ``places``, tiers x units x m) one by one."""
+    m = places.shape[2]
+    k = len(order)
+    r = np.repeat(rows_of[order], m)
+    c = np.repeat(cols_of[order], m)
+    tiers = places.shape[0]
+    rows = np.zeros((tiers, job.pp), dtype=np.int64)
+    cols = np.zeros((tiers, job.columns), dtype=np.int64)
+    for t in range(tiers):
+        flat = places[t, :k, :].reshape(-1)
+        rows[t] = _distinct(r, flat, job.pp)
+        cols[t] = _distinct(c, flat, job.columns)
+    return _Variant(units, order, rows, cols, whole_touched)
+
+
+def _tile_order(rows_of: np.ndarray, cols_of: np.ndarray, r: int, snake: bool) -> np.ndarray:
+    """The cells in tiles of ``r`` stages, pipeline after pipeline inside a tile; with
+    ``snake`` every other tile runs its pipelines backwards, so consecutive tiles meet in one
+    rack."""
+    tile = rows_of // r
+    col_key = np.where(snake & (tile % 2 == 1), -cols_of, cols_of)
+    return np.lexsort((rows_of, col_key, tile))
 
 
 def arrange(cells: dict[Cell, list[str]], pool: Pool, job: JobShape,
@@ -174,18 +203,25 @@ def arrange(cells: dict[Cell, list[str]], pool: Pool, job: JobShape,
     by_pod: dict[str, list[Cell]] = {}
     for cell, nodes in cells.items():
         by_pod.setdefault(topology.minipod_of(nodes[0]), []).append(cell)
+    ids = _Places(pool, tiers)
     # Variant 0 of every minipod is what it had; the others are tried in the same order in
     # every minipod, so one index means one rule everywhere.
     variants: dict[str, list[_Variant]] = {}
     for pod, want in by_pod.items():
-        mine = [{c: cells[c] for c in want}]
+        rows_of = np.array([c[0] for c in want], dtype=np.int64)
+        cols_of = np.array([c[1] for c in want], dtype=np.int64)
+        own = [cells[c] for c in want]
+        mine = [_variant(own, np.arange(len(want)), rows_of, cols_of, ids.of(own), job,
+                         ids.whole_touched(own))]
         for units in (_unit_order(pool, pod, True), _unit_order(pool, pod, False),
                       pool.units_in(pod)):
+            units = units[:len(want)]
+            places, touched = ids.of(units), ids.whole_touched(units)
             for r in tile_heights(job.pp):
                 for snake in (False, True):
-                    mine.append(dict(zip(sorted(want, key=_tile_key(r, snake)), units,
-                                         strict=False)))
-        variants[pod] = [_variant(v, job, pool, tiers) for v in mine]
+                    mine.append(_variant(units, _tile_order(rows_of, cols_of, r, snake),
+                                         rows_of, cols_of, places, job, touched))
+        variants[pod] = mine
 
     def score(rows: np.ndarray, cols: np.ndarray, touched: int) -> tuple[object, ...]:
         per_tier = tuple(round(alpha * float(rows[t].max()) + (1 - alpha) * float(cols[t].max()),
@@ -222,5 +258,8 @@ def arrange(cells: dict[Cell, list[str]], pool: Pool, job: JobShape,
             break
     out: dict[Cell, list[str]] = {}
     for pod, v in choice.items():
-        out.update(variants[pod][v].cells)
+        chosen = variants[pod][v]
+        want = by_pod[pod]
+        out.update((want[i], list(unit)) for i, unit in zip(chosen.order, chosen.units,
+                                                            strict=False))
     return out
