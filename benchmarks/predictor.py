@@ -21,7 +21,7 @@ import numpy as np
 from benchmarks.logs import LOGS as SIM_LOGS
 from predictor.evaluate import evaluable
 from predictor.features import Vocabulary, compute, runtime
-from predictor.model import ACI_GAMMA, ACI_GAMMAS, train
+from predictor.model import ACI_GAMMA, ACI_GAMMAS, ACI_MARGIN, train
 from predictor.service import predict_job
 from predictor.swf import JobRecord, read_swf
 
@@ -156,7 +156,8 @@ def accuracy_markdown(result: dict[str, Any], command: str) -> str:
               "(the issue's reference LightGBM); `model_q_static` keeps the upper model's "
               "conformal delta from training; `model_q_daily` takes the q-quantile of the "
               "recent scores once a day without adapting the level (the served model until "
-              "this wave's last change). "
+              "this wave's last change); `model_q_no_margin` aims at the quantile itself "
+              f"instead of {ACI_MARGIN:g} above it (`ACI_MARGIN`). "
               + " ".join(_ablation_line(log, r["methods"]) for log, r in result.items())
               + _gamma_choice(result)]
     lines += ["", "Targets (model's mae_log at least "
@@ -195,7 +196,11 @@ def _ablation_line(log: str, m: dict[str, Any]) -> str:
             f"static {m['model_q_static']['coverage']:.3f}; mae_log of the upper prediction "
             f"{m['model_q']['mae_log']:.3f} vs {m['model_q_daily']['mae_log']:.3f} vs "
             f"{m['model_q_static']['mae_log']:.3f}; coverage by the adaptive step gamma: "
-            + ", ".join(f"{g:g} {_gamma(m, g)['coverage']:.4f}" for g in ACI_GAMMAS) + ".")
+            + ", ".join(f"{g:g} {_gamma(m, g)['coverage']:.4f}" for g in ACI_GAMMAS)
+            + (f"; aimed at the quantile itself (no margin) coverage "
+               f"{m['model_q_no_margin']['coverage']:.4f}, upper mae_log "
+               f"{m['model_q_no_margin']['mae_log']:.3f}" if "model_q_no_margin" in m else "")
+            + ".")
 
 
 def _gamma_choice(result: dict[str, Any]) -> str:

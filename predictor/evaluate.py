@@ -13,6 +13,7 @@ from predictor.features import Vocabulary, compute, runtime
 from predictor.model import (
     ACI_GAMMA,
     ACI_GAMMAS,
+    ACI_MARGIN,
     CALIBRATION_WINDOW,
     AdaptiveCalibrator,
     JctModel,
@@ -63,18 +64,20 @@ def daily_deltas(model: JctModel, kept: Sequence[JobRecord], matrix: np.ndarray,
 
 
 def adaptive_deltas(model: JctModel, kept: Sequence[JobRecord], matrix: np.ndarray, cut: int,
-                    actual: np.ndarray, req: np.ndarray, gamma: float = ACI_GAMMA) -> np.ndarray:
+                    actual: np.ndarray, req: np.ndarray, gamma: float = ACI_GAMMA,
+                    margin: float = ACI_MARGIN) -> np.ndarray:
     """The served upper model's delta for each test job, as the live system keeps it.
 
     At each submit, every job that has ended since the last one enters the
     :class:`AdaptiveCalibrator` in end order, with whether the delta it was served missed it
     (test jobs) or not (the training window's calibration jobs, which seed the window); the
-    job is then served the calibrator's delta (``gamma``: its step). Nothing that ends after
+    job is then served the calibrator's delta (``gamma``: its step; ``margin``: how far
+    above the quantile it aims). Nothing that ends after
     the submit is used, and a test job is fed back only after it was served (a log's start
     can precede its submit).
     """
     calib = AdaptiveCalibrator(float(model.meta["quantile"]), gamma=gamma,
-                               alpha=model.meta.get("upper_alpha"))
+                               alpha=_level(model, margin), margin=margin)
     start = int(model.meta["calibration_start"])
     seed: list[tuple[float, float]] = []
     if model.calibration_scores is not None:
@@ -100,6 +103,12 @@ def adaptive_deltas(model: JctModel, kept: Sequence[JobRecord], matrix: np.ndarr
     return out
 
 
+def _level(model: JctModel, margin: float) -> float | None:
+    """The level the calibrator starts from: the model's, moved to another ``margin``'s aim."""
+    alpha = model.meta.get("upper_alpha")
+    return None if alpha is None else float(alpha) + ACI_MARGIN - margin
+
+
 def evaluate(jobs: Sequence[JobRecord], quantile: float = 0.9, train_share: float = 0.7,
              keep_predictions: bool = False, ablation: bool = False) -> dict[str, Any]:
     """Train on the first 70% (by submit) of the evaluable jobs, test on the rest.
@@ -110,7 +119,8 @@ def evaluate(jobs: Sequence[JobRecord], quantile: float = 0.9, train_share: floa
     LightGBM), ``model_q_static`` (the upper model's delta fixed at training time instead
     of adapted at each submit), ``model_q_daily`` (the q-quantile of the recent scores
     once a day, without adapting the level) and ``model_q_gamma_<g>`` (adapted with the other
-    steps in ``ACI_GAMMAS``).
+    steps in ``ACI_GAMMAS``) and ``model_q_no_margin`` (aimed at the quantile itself,
+    without ``ACI_MARGIN``).
     """
     kept = sorted((j for j in jobs if evaluable(j)), key=lambda j: j.submit)
     excluded = len(jobs) - len(kept)
@@ -164,6 +174,9 @@ def evaluate(jobs: Sequence[JobRecord], quantile: float = 0.9, train_share: floa
                 other = model.predict(matrix[cut:], list(test_req), delta=adaptive_deltas(
                     model, kept, matrix, cut, actual, req, gamma))[1]
                 result["methods"][f"model_q_gamma_{gamma:g}"] = metrics(other, test_actual)
+        bare = model.predict(matrix[cut:], list(test_req), delta=adaptive_deltas(
+            model, kept, matrix, cut, actual, req, margin=0.0))[1]
+        result["methods"]["model_q_no_margin"] = metrics(bare, test_actual)
     if keep_predictions:
         result["predictions"] = {"actual": test_actual, "requested": test_req,
                                  "last2": base_last2, "model": point, "model_q": upper}

@@ -161,6 +161,15 @@ def conformal_delta(scores: np.ndarray, quantile: float) -> float:
 #: prints each one's); a larger step follows shifts faster and jitters more.
 ACI_GAMMA = 0.01
 ACI_GAMMAS = (0.002, 0.005, 0.01)
+#: How far above the quantile the served level aims. ACI's share of misses tends to its aim,
+#: but over T jobs it may land (max(alpha_1, 1 - alpha_1) + gamma) / (gamma T) away on either
+#: side (Gibbs and Candes, Proposition 4.1, with immediate feedback): 0.5 point over 20,000
+#: jobs at gamma = 0.01 ((0.9 + 0.01) / (0.01 x 20,000) = 0.455 point, rounded up). Aimed at the
+#: quantile itself, two of the four shared logs' test windows landed a hair below it (HPC2N
+#: 0.8999, SDSC-SP2 0.8996); aimed this much higher, "at least q" holds over 20,000-job
+#: stretches wherever jobs do not outrun the cap, for a slightly wider upper prediction
+#: (`arnold bench predictor` prints both sides).
+ACI_MARGIN = 0.005
 #: Held-out scores that only fill the window before :meth:`AdaptiveCalibrator.warm` adapts.
 WARM_FILL = 200
 
@@ -172,13 +181,15 @@ class AdaptiveCalibrator:
     which quantile adapts (adaptive conformal inference): each finished job that the delta it
     was served did not cover lowers the miscoverage level ``alpha`` by ``gamma * (1 - target)``,
     each covered one raises it by ``gamma * target``. Whatever the drift, the long-run share of
-    misses then tends to ``1 - quantile``; a fixed quantile of recent scores under-covers when
-    the jobs still running (the long ones, the misses) are missing from the window.
+    misses then tends to ``target``, ``1 - quantile - margin`` (``ACI_MARGIN``); a fixed
+    quantile of recent scores under-covers when the jobs still running (the long ones, the
+    misses) are missing from the window.
     """
 
     def __init__(self, quantile: float, *, gamma: float = ACI_GAMMA,
-                 window: int = CALIBRATION_WINDOW, alpha: float | None = None) -> None:
-        self.target = 1.0 - quantile
+                 window: int = CALIBRATION_WINDOW, alpha: float | None = None,
+                 margin: float = ACI_MARGIN) -> None:
+        self.target = 1.0 - quantile - margin  # the share of misses aimed at
         self.gamma = gamma
         self.window = window
         self.alpha = self.target if alpha is None else alpha
