@@ -21,7 +21,14 @@ import numpy as np
 from benchmarks.logs import LOGS as SIM_LOGS
 from predictor.evaluate import evaluable
 from predictor.features import Vocabulary, compute, runtime
-from predictor.model import ACI_GAMMA, ACI_GAMMAS, ACI_MARGIN, train
+from predictor.model import (
+    ACI_GAMMA,
+    ACI_GAMMAS,
+    ACI_HORIZON,
+    ACI_MARGIN,
+    aci_margin_needed,
+    train,
+)
 from predictor.service import predict_job
 from predictor.swf import JobRecord, read_swf
 
@@ -204,15 +211,21 @@ def _ablation_line(log: str, m: dict[str, Any]) -> str:
 
 
 def _gamma_choice(result: dict[str, Any]) -> str:
-    """Which adaptive step has the best worst-case coverage over the logs, beside the one used."""
+    """Which adaptive step has the best worst-case coverage over the logs among those whose
+    bound the margin covers, beside the one used."""
     if any("model_l2" not in r["methods"] for r in result.values()):
         return ""
     worst = {g: min(_gamma(r["methods"], g)["coverage"] for r in result.values())
              for g in ACI_GAMMAS}
-    best = max(worst, key=lambda g: worst[g])
+    covered = [g for g in ACI_GAMMAS if aci_margin_needed(g) <= ACI_MARGIN]
+    best = max(covered, key=lambda g: worst[g]) if covered else None
     return (" Worst coverage over these logs by step: "
             + ", ".join(f"{g:g} {w:.4f}" for g, w in worst.items())
-            + f"; the best worst case is {best:g}, the step in use {ACI_GAMMA:g}.")
+            + f". The margin ({ACI_MARGIN:g}) covers ACI's bound over {ACI_HORIZON:,} jobs "
+            "for the steps " + (", ".join(f"{g:g}" for g in covered) or "none")
+            + " (needed: " + ", ".join(f"{g:g} {aci_margin_needed(g):.4f}" for g in ACI_GAMMAS)
+            + f"); the best worst case among them is {'none' if best is None else f'{best:g}'}"
+            f", the step in use {ACI_GAMMA:g}.")
 
 
 def _gamma(m: dict[str, Any], gamma: float) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from predictor.features import FEATURES, Vocabulary, compute
-from predictor.model import ACI_GAMMA, ACI_MARGIN, AdaptiveCalibrator
+from predictor.model import ACI_GAMMA, ACI_MARGIN, AdaptiveCalibrator, aci_margin_needed
 from predictor.service import queue_load
 from predictor.swf import BadLine, JobRecord, read_swf
 from slurm_arnold.cli import main
@@ -348,7 +348,7 @@ def test_the_margin_keeps_misses_at_most_one_minus_q_over_20000_jobs() -> None:
              "jumping": np.where(np.arange(steps) % 4000 < 2000, 0.0, 5.0)
              + rng.normal(0.0, 0.5, steps),
              "heavy-tailed": rng.standard_cauchy(steps)}
-    assert (0.9 + ACI_MARGIN + ACI_GAMMA) / (ACI_GAMMA * steps) <= ACI_MARGIN
+    assert aci_margin_needed(ACI_GAMMA, horizon=steps) <= ACI_MARGIN
     for name, scores in ramps.items():
         calib = AdaptiveCalibrator(0.9, window=2000)
         for score in rng.normal(0.0, 1.0, 2000):  # a window to start from, level at the aim
