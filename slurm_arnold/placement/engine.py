@@ -7,7 +7,6 @@ import time
 from collections.abc import Iterable
 
 from slurm_arnold.errors import InfeasibleError
-from slurm_arnold.placement.arrange import arrange
 from slurm_arnold.placement.bands import band_layout, exact_band_layout
 from slurm_arnold.placement.baselines import BASELINES, aligned_cells, baseline_cells
 from slurm_arnold.placement.bounds import BoxJudge, box_costs
@@ -261,6 +260,9 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
                               f"{cap_pp}")
     # Inside each minipod, the tiers below it (the minipod spreads stay as they are).
     if lower_tiers:
+        # Imported here: it needs numpy, which arnold-sbatch's start-up must not pay for.
+        from slurm_arnold.placement.arrange import arrange
+
         best_cells = arrange(best_cells, pool, job, alpha)
     phases["arrange"] = time.monotonic() - t0 - sum(phases.values())
     dual = min(dual, best.weighted_spread)
