@@ -7,10 +7,12 @@ below (leaf switches, and the NVLink domains where the topology has them): a DP 
 along one pipeline after another crosses many racks where Slurm's block rule, filling racks in
 rank order, crosses few.
 
-``arrange`` tries a few arrangements, the same in every minipod, and keeps the best by the
-lower tiers' weighted spreads (alpha x DP + (1 - alpha) x PP), compared from the tier just
-below the minipod downwards (a tier nearer the top carries more traffic over fewer links), then
-by whole NVLink domains left free, then by the order tried (the MIP's own arrangement first).
+``arrange`` tries a few arrangements, first one rule for every minipod, then each minipod's
+own best given the others, and keeps the best by the sum over the lower tiers of the weighted
+spread (alpha x DP + (1 - alpha) x PP; the tiers weigh alike, as a non-blocking tree gives a
+GPU the same bandwidth at every switch tier), then by those spreads from the tier nearest the
+minipod down, then by whole NVLink domains left free, then by the order tried (the MIP's own
+arrangement first). The answer is never worse, by that measure, than the MIP's own.
 
 An arrangement is a unit order and a tile height ``r``. Units: the minipod's fullest leaf
 first, inside it the fullest domain first (or, the other variant, partly used domains before
@@ -27,8 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from slurm_arnold.blocks import tiers
 from slurm_arnold.placement.job import JobShape
-from slurm_arnold.placement.plan import Cell
+from slurm_arnold.placement.plan import Cell, place_at, worst_spreads
 from slurm_arnold.placement.pool import Pool
 from slurm_arnold.topology import Topology
 
@@ -40,21 +43,15 @@ DESCENT_PASSES = 3
 
 
 def lower_tiers(topology: Topology) -> list[tuple[str, Callable[[str], str]]]:
-    """The tiers below the minipod, nearest the minipod first: (name, node -> place)."""
-    out: list[tuple[str, Callable[[str], str]]] = []
-    for level in range(topology.minipod_level - 1, -1, -1):
-        name = "leaf" if level == 0 else f"level {level}"
-        out.append((name, functools.partial(_at, topology, level=level)))
-    leaf_is_domain = bool(topology.domains) and all(
-        topology.node_leaf[n] == d for n, d in topology.domains.items())
-    if topology.domains and not leaf_is_domain:
+    """The tiers below the minipod, nearest the minipod first: (name as ``blocks.tiers``
+    names it, node -> place); the NVLink domain last where it is not the leaf itself."""
+    names = tiers(topology)
+    out: list[tuple[str, Callable[[str], str]]] = [
+        (names[k], functools.partial(place_at, topology, k=k))
+        for k in range(topology.minipod_level - 1, -1, -1)]
+    if topology.domains and names[0] != "nvlink domain":
         out.append(("nvlink domain", lambda n: topology.domains.get(n, n)))
     return out
-
-
-def _at(topology: Topology, node: str, *, level: int) -> str:
-    path = topology.path_of(node)
-    return path[min(level, len(path) - 1)]
 
 
 def tile_heights(pp: int) -> list[int]:
@@ -64,19 +61,12 @@ def tile_heights(pp: int) -> list[int]:
 
 
 def lower_tier_score(cells: Mapping[Cell, Sequence[str]], alpha: float,
-                     tiers: Sequence[tuple[str, Callable[[str], str]]]) -> tuple[float, ...]:
-    """alpha x worst DP spread + (1 - alpha) x worst PP spread at each of ``tiers``."""
+                     lower: Sequence[tuple[str, Callable[[str], str]]]) -> tuple[float, ...]:
+    """alpha x worst DP spread + (1 - alpha) x worst PP spread at each of the ``lower`` tiers."""
     out = []
-    for _, where in tiers:
-        rows: dict[int, set[str]] = {}
-        cols: dict[int, set[str]] = {}
-        for (pp, col), nodes in cells.items():
-            places = {where(n) for n in nodes}
-            rows.setdefault(pp, set()).update(places)
-            cols.setdefault(col, set()).update(places)
-        dp = max((len(v) for v in rows.values()), default=0)
-        pp_spread = max((len(v) for v in cols.values()), default=0)
-        out.append(round(alpha * dp + (1 - alpha) * pp_spread, 6))
+    for _, where in lower:
+        dp, pp, _ = worst_spreads(cells, where)
+        out.append(round(alpha * dp + (1 - alpha) * pp, 6))
     return tuple(out)
 
 
@@ -130,10 +120,10 @@ class _Variant:
 class _Places:
     """Integer ids of every node's place at each lower tier (computed once per node)."""
 
-    def __init__(self, pool: Pool, tiers: Sequence[tuple[str, Callable[[str], str]]]) -> None:
+    def __init__(self, pool: Pool, lower: Sequence[tuple[str, Callable[[str], str]]]) -> None:
         self.pool = pool
-        self.tiers = tiers
-        self.ids: list[dict[str, int]] = [{} for _ in tiers]
+        self.tiers = lower
+        self.ids: list[dict[str, int]] = [{} for _ in lower]
         self.node: dict[str, tuple[int, ...]] = {}
 
     def of(self, units: Sequence[Sequence[str]]) -> np.ndarray:
@@ -197,13 +187,13 @@ def arrange(cells: dict[Cell, list[str]], pool: Pool, job: JobShape,
     """``cells`` rearranged inside each minipod for the tiers below it (module docstring);
     every cell stays in its minipod, so the minipod spreads are unchanged."""
     topology = pool.topology
-    tiers = lower_tiers(topology)
-    if not tiers or not cells:
+    lower = lower_tiers(topology)
+    if not lower or not cells:
         return cells
     by_pod: dict[str, list[Cell]] = {}
     for cell, nodes in cells.items():
         by_pod.setdefault(topology.minipod_of(nodes[0]), []).append(cell)
-    ids = _Places(pool, tiers)
+    ids = _Places(pool, lower)
     # Variant 0 of every minipod is what it had; the others are tried in the same order in
     # every minipod, so one index means one rule everywhere.
     variants: dict[str, list[_Variant]] = {}
@@ -225,13 +215,13 @@ def arrange(cells: dict[Cell, list[str]], pool: Pool, job: JobShape,
 
     def score(rows: np.ndarray, cols: np.ndarray, touched: int) -> tuple[object, ...]:
         per_tier = tuple(round(alpha * float(rows[t].max()) + (1 - alpha) * float(cols[t].max()),
-                               6) for t in range(len(tiers)))
+                               6) for t in range(len(lower)))
         return sum(per_tier), per_tier, touched
 
     def totals(choice: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray, int]:
         chosen = [variants[pod][v] for pod, v in choice.items()]
-        return (sum(v.rows for v in chosen), sum(v.cols for v in chosen),  # type: ignore[return-value]
-                sum(v.whole_touched for v in chosen))
+        return (np.sum([v.rows for v in chosen], axis=0),
+                np.sum([v.cols for v in chosen], axis=0), sum(v.whole_touched for v in chosen))
 
     count = len(next(iter(variants.values())))
     # The best single rule for every minipod, then each minipod's own best given the others
@@ -262,4 +252,11 @@ def arrange(cells: dict[Cell, list[str]], pool: Pool, job: JobShape,
         want = by_pod[pod]
         out.update((want[i], list(unit)) for i, unit in zip(chosen.order, chosen.units,
                                                             strict=False))
-    return out
+
+    # The counts above add up each minipod's share, exact while every place below a minipod
+    # lies inside it; a domain spanning minipods would break that, so the real spreads decide.
+    def exact(c: Mapping[Cell, Sequence[str]]) -> tuple[float, tuple[float, ...]]:
+        per_tier = lower_tier_score(c, alpha, lower)
+        return sum(per_tier), per_tier
+
+    return out if exact(out) <= exact(cells) else cells

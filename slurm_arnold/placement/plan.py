@@ -78,13 +78,13 @@ class Placement:
 def measure(cells: Mapping[Cell, Sequence[str]], job: JobShape, topology: Topology,
             alpha: float) -> Metrics:
     """Spreads of a cell map: DP group = a row (one stage), PP group = a column (one replica)."""
-    dp_spread, pp_spread, used = _spreads(cells, topology.minipod_of)
+    dp_spread, pp_spread, used = worst_spreads(cells, topology.minipod_of)
     return Metrics(dp_spread, pp_spread,
                    round(alpha * dp_spread + (1 - alpha) * pp_spread, 6), used)
 
 
-def _spreads(cells: Mapping[Cell, Sequence[str]],
-             where: Callable[[str], str]) -> tuple[int, int, int]:
+def worst_spreads(cells: Mapping[Cell, Sequence[str]],
+                  where: Callable[[str], str]) -> tuple[int, int, int]:
     """(worst DP spread, worst PP spread, places used): distinct ``where(node)`` per group."""
     rows: dict[int, set[str]] = {}
     cols: dict[int, set[str]] = {}
@@ -109,15 +109,16 @@ def spreads_per_tier(cells: Mapping[Cell, Sequence[str]],
     if topology.domains and names[0] != "nvlink domain":
         getters.append(("nvlink domain", lambda n: topology.domains.get(n, n)))
     for k, name in enumerate(names):
-        getters.append((name, functools.partial(_at, topology, k=k)))
+        getters.append((name, functools.partial(place_at, topology, k=k)))
     out = []
     for name, where in getters:
-        dp_spread, pp_spread, _ = _spreads(cells, where)
+        dp_spread, pp_spread, _ = worst_spreads(cells, where)
         out.append({"tier": name, "max_dp_spread": dp_spread, "max_pp_spread": pp_spread})
     return out
 
 
-def _at(topology: Topology, node: str, *, k: int) -> str:
+def place_at(topology: Topology, node: str, *, k: int) -> str:
+    """The switch at position ``k`` of ``node``'s path (its leaf is 0; the top past the end)."""
     path = topology.path_of(node)
     return path[min(k, len(path) - 1)]
 
