@@ -17,6 +17,7 @@ from predictor.model import (
     CALIBRATION_WINDOW,
     AdaptiveCalibrator,
     JctModel,
+    aci_aim,
     conformal_delta,
     conformity_scores,
     fit_point,
@@ -106,7 +107,9 @@ def adaptive_deltas(model: JctModel, kept: Sequence[JobRecord], matrix: np.ndarr
 def _level(model: JctModel, margin: float) -> float | None:
     """The level the calibrator starts from: the model's, moved to another ``margin``'s aim."""
     alpha = model.meta.get("upper_alpha")
-    return None if alpha is None else float(alpha) + ACI_MARGIN - margin
+    quantile = float(model.meta["quantile"])
+    return None if alpha is None else \
+        float(alpha) + aci_aim(quantile, margin) - aci_aim(quantile)
 
 
 def evaluate(jobs: Sequence[JobRecord], quantile: float = 0.9, train_share: float = 0.7,

@@ -175,11 +175,19 @@ ACI_MARGIN = 0.005
 ACI_HORIZON = 20_000
 
 
+def aci_aim(quantile: float, margin: float = ACI_MARGIN) -> float:
+    """The share of misses the adaptive level aims at: 1 - ``quantile`` less the margin. A
+    site's quantile may lie near 1 (its settings allow up to just under it): the margin then
+    takes at most half the misses allowed, so the aim stays above zero and the level cannot
+    sink for ever."""
+    return (1.0 - quantile) - min(margin, (1.0 - quantile) / 2)
+
+
 def aci_margin_needed(gamma: float, quantile: float = 0.9, margin: float = ACI_MARGIN,
                       horizon: int = ACI_HORIZON) -> float:
     """Gibbs and Candes' bound on how far the share of misses over ``horizon`` jobs may land
     from the aim, starting at the aim: (max(alpha_1, 1 - alpha_1) + gamma) / (gamma T)."""
-    aim = 1.0 - quantile - margin
+    aim = aci_aim(quantile, margin)
     return (max(aim, 1.0 - aim) + gamma) / (gamma * horizon)
 #: Held-out scores that only fill the window before :meth:`AdaptiveCalibrator.warm` adapts.
 WARM_FILL = 200
@@ -200,7 +208,7 @@ class AdaptiveCalibrator:
     def __init__(self, quantile: float, *, gamma: float = ACI_GAMMA,
                  window: int = CALIBRATION_WINDOW, alpha: float | None = None,
                  margin: float = ACI_MARGIN) -> None:
-        self.target = 1.0 - quantile - margin  # the share of misses aimed at
+        self.target = aci_aim(quantile, margin)
         self.gamma = gamma
         self.window = window
         self.alpha = self.target if alpha is None else alpha

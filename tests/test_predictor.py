@@ -181,6 +181,8 @@ def test_model_meets_the_issue_targets_on_the_shared_logs(log: Path) -> None:
 
 def test_the_calibrators_window_slides_and_skips_uncoverable_jobs() -> None:
     assert AdaptiveCalibrator(0.9).alpha == pytest.approx(0.1 - ACI_MARGIN)  # the default aim
+    # A site quantile near 1 keeps a positive aim: the margin takes at most half the misses.
+    assert AdaptiveCalibrator(0.999).target == pytest.approx(0.0005)
     calib = AdaptiveCalibrator(0.9, window=100, margin=0.0)
     assert calib.delta == 0.0  # nothing to calibrate on yet
     for _ in range(100):
