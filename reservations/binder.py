@@ -44,6 +44,8 @@ from site_config import SiteConfig
 from slurm_arnold.cluster import ClusterView, free_nodes, may_use
 from slurm_arnold.errors import ArnoldError, InfeasibleError, SlurmError
 from slurm_arnold.placement import Placement, place
+from slurm_arnold.placement.weights import TierWeight
+from slurm_arnold.placement.weights import resolve as resolve_weights
 from slurm_arnold.rankorder import write_files
 from slurm_arnold.site_state import SITE_DIR_MODE, admin_rankdir, make_dir
 from slurm_arnold.slurm import JobInfo, Slurm
@@ -80,6 +82,18 @@ class Binder:
         self.slurm = slurm
         self.time_limit = time_limit
         self.actions: list[str] = []
+
+    def weights(self, topology: Topology, spec: JobSpec) -> dict[str, TierWeight]:
+        """The job's tier weights as arnold-sbatch used them: the site's, then the user's
+        (``--tier-weight``, kept in the spec); the site's alone, with a warning, where the
+        user's no longer fit the topology (a tier renamed since the submit)."""
+        network, site = self.config.network, self.config.tier_weights
+        try:
+            return resolve_weights(topology, spec.alpha, network, site, spec.tier_weights)
+        except ArnoldError as exc:
+            log.warning("job %d: its --tier-weight no longer applies (%s); the site's weights "
+                        "are used", spec.job_id, exc)
+            return resolve_weights(topology, spec.alpha, network, site)
 
     def run(self, snap: Snapshot, predictor: LivePredictor) -> list[str]:
         """Bind or repair every waiting arnold job that needs it; the actions taken."""
@@ -151,7 +165,8 @@ class Binder:
         lost = sorted(current - usable)
         if not current <= free and len(free) >= spec.shape.nodes:
             placement = place(snap.view.topology, free, spec.shape, algo=spec.algo,
-                              alpha=spec.alpha, time_limit=self.time_limit)
+                              alpha=spec.alpha, time_limit=self.time_limit,
+                              weights=self.weights(snap.view.topology, spec))
             kept = self._keep_planned(snap, job, spec, free) if lost else None
             # A job that lost a node (a requeued one above all: its survivors may hold its
             # caches) keeps its other nodes when that costs no spread.
@@ -179,7 +194,7 @@ class Binder:
             nodes = good + chosen
             try:
                 placement = place(topo, nodes, spec.shape, algo=spec.algo, alpha=spec.alpha,
-                                  time_limit=self.time_limit)
+                                  time_limit=self.time_limit, weights=self.weights(topo, spec))
                 start = max([snap.now, *(drain.get(n, snap.now) for n in nodes)])
                 options.append((_cost(start, snap.now, placement, weight), Move(
                     "repair", f"{_hl(lost)} unusable: replaced by {_hl(chosen)}",
@@ -211,7 +226,8 @@ class Binder:
             return None
         try:
             placement = place(snap.view.topology, kept + chosen, spec.shape, algo=spec.algo,
-                              alpha=spec.alpha, time_limit=self.time_limit)
+                              alpha=spec.alpha, time_limit=self.time_limit,
+                              weights=self.weights(snap.view.topology, spec))
         except InfeasibleError:
             return None
         return Move("repair", f"{_hl(gone)} unusable or taken: replaced by {_hl(chosen)}, "

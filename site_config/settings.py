@@ -100,6 +100,10 @@ class SiteConfig(BaseSettings):
     )
     partition: str | None = None
     network: NetworkTiers = NetworkTiers()
+    tier_weights: dict[str, float | tuple[float, float]] = Field(default_factory=dict, description=(
+        "placement weight of a tier other than the minipod, by the name `arnold place --json`'s "
+        "per_tier gives it: a number scales alpha and 1 - alpha there, [alpha, beta] sets them "
+        "(default: from the network's links, docs/placement.md)"))
     reservation: ReservationSettings = ReservationSettings()
     predictor: PredictorSettings = PredictorSettings()
 

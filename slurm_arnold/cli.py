@@ -46,6 +46,8 @@ from slurm_arnold.placement.engine import (
     place_from_node_list,
 )
 from slurm_arnold.placement.plan import spreads_per_tier
+from slurm_arnold.placement.weights import objective_per_tier, parse_tier_weights
+from slurm_arnold.placement.weights import resolve as resolve_weights
 from slurm_arnold.sim import PREDICTORS
 from slurm_arnold.slurm import Slurm
 from slurm_arnold.topology import Topology, read_topology_file
@@ -269,6 +271,11 @@ def topology_show(topology_file: str | None, gpus_per_node: int, partition: str 
               help="Sequences per micro-batch (with --model for --align auto).")
 @click.option("--algo", type=click.Choice(ALGOS), default="mip", show_default=True,
               help="Placement algorithm; `slurm` asks the live slurmctld (sbatch --test-only).")
+@click.option("--tier-weight", "tier_weights", multiple=True, metavar="TIER=W|TIER=A:B",
+              callback=lambda _ctx, _param, values: _tier_weights(values),
+              help="Weight of a tier other than the minipod (repeatable): W scales alpha and "
+                   "beta there, A:B sets them; tiers as `--json`'s per_tier names them "
+                   "(default: the site's tier_weights, else from its network's links).")
 @click.option("--time-limit", type=Finite(min=0.1), default=DEFAULT_TIME_LIMIT,
               show_default=True,
               help="Wall-clock safety net in seconds (node limits decide when the MIP stops, "
@@ -288,8 +295,8 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
               nvlink_group: str, alpha: float | None,
               align: str | None, dp_volume: str | None, pp_volume: str | None,
               microbatches: int, model_name: str | None, global_batch: int | None,
-              micro_batch: int, algo: str, time_limit: float, seed: int,
-              partition: str | None, explain_to: str | None, picture_path: str,
+              micro_batch: int, algo: str, tier_weights: dict[str, Any], time_limit: float,
+              seed: int, partition: str | None, explain_to: str | None, picture_path: str,
               as_json: bool) -> None:
     """Place a TP x PP x DP job on the fat tree and print its layout and spreads."""
     # What can be checked without the cluster is checked before asking it.
@@ -333,13 +340,15 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
                                pp_bytes=parse_bytes(pp_volume or "0"), dp=job.dp,
                                microbatches=microbatches, network=config.network)
     alpha = check_alpha(0.5 if alpha is None else alpha)
+    weights = resolve_weights(view.topology, alpha, config.network, config.tier_weights,
+                              tier_weights)
     if algo == "slurm":
         # On NVLink domains, as a user would ask: one TP group per segment.
         chosen = slurm_choice(Slurm(), view, job.nodes, segment=job.nodes_per_unit)
         result = place_from_node_list("slurm", chosen, view.topology, job, alpha)
     else:
         result = place(view.topology, view.free, job, algo=algo, alpha=alpha,
-                       time_limit=time_limit, seed=seed)
+                       time_limit=time_limit, seed=seed, weights=weights)
     theirs = None
     explain = explain_to is not None
     if explain_to:
@@ -350,7 +359,9 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
         theirs = slurm_reference(view, job, alpha, None if topology_file else Slurm())
         picture(result, theirs, view, Path(picture_path))
     if as_json:
-        doc = result.as_json() | {"per_tier": spreads_per_tier(result.cells, view.topology)}
+        per_tier, objective = objective_per_tier(
+            spreads_per_tier(result.cells, view.topology), weights)
+        doc = result.as_json() | {"per_tier": per_tier, "tier_objective": objective}
         if not par.plain:
             doc["parallelism"] = par.as_json()
         if theirs is not None:
@@ -361,6 +372,16 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
     if theirs is not None:
         click.echo(table(result, theirs, view.topology))
         click.echo(f"picture: {picture_path}")
+
+
+def _tier_weights(values: tuple[str, ...]) -> dict[str, float | tuple[float, float]]:
+    """``--tier-weight`` values as ``weights.resolve`` takes them (a usage error when malformed:
+    checked before the cluster is asked)."""
+    try:
+        return parse_tier_weights(values)
+    except ArnoldError as e:
+        raise click.BadParameter(str(e).removeprefix("--tier-weight "),
+                                 param_hint="'--tier-weight'") from None
 
 
 def _print_placement(result: Placement, topo: Topology, par: Parallelism | None = None) -> None:

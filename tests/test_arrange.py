@@ -7,7 +7,11 @@ import random
 from slurm_arnold.placement import JobShape, place
 from slurm_arnold.placement.arrange import lower_tier_score, lower_tiers, tile_heights
 from slurm_arnold.placement.plan import spreads_per_tier
+from slurm_arnold.placement.weights import TierWeight
 from slurm_arnold.topology import parse_topology
+
+#: alpha 0.5 at full weight on every lower tier (the defaults weigh them half: same order).
+EVEN = {"leaf": TierWeight(0.5, 0.5), "nvlink domain": TierWeight(0.5, 0.5)}
 
 # One minipod of four leaves of four nodes.
 FOUR_LEAVES = "".join(f"SwitchName=l{k} Nodes=n[{4 * k + 1:02d}-{4 * k + 4:02d}]\n"
@@ -26,8 +30,8 @@ def test_a_full_minipod_is_tiled_for_its_leaves() -> None:
     # leaf and four leaves give DP spread d and PP spread p with d * p >= 4, so
     # 0.5 * (d + p) >= 2: the 2 x 2 tiles are the best there is. Laying pipelines (or DP
     # groups) along leaves gives 0.5 * (1 + 4).
-    assert lower_tier_score(tiled.cells, 0.5, tiers) == (2.0,)
-    assert lower_tier_score(plain.cells, 0.5, tiers) == (2.5,)
+    assert lower_tier_score(tiled.cells, EVEN, tiers) == (2.0,)
+    assert lower_tier_score(plain.cells, EVEN, tiers) == (2.5,)
     leaf = next(t for t in spreads_per_tier(tiled.cells, topo) if t["tier"] == "leaf")
     assert (leaf["max_dp_spread"], leaf["max_pp_spread"]) == (2, 2)
 
@@ -62,8 +66,8 @@ def test_arranging_keeps_minipods_groups_and_free_nodes_on_fragmented_racks() ->
                        plain.cells[c][0]) for c in plain.cells)
         tiers = lower_tiers(topo)
         assert [name for name, _ in tiers] == ["leaf", "nvlink domain"]
-        before = sum(lower_tier_score(plain.cells, 0.5, tiers))
-        after = sum(lower_tier_score(arranged.cells, 0.5, tiers))
+        before = sum(lower_tier_score(plain.cells, EVEN, tiers))
+        after = sum(lower_tier_score(arranged.cells, EVEN, tiers))
         assert after <= before
         improved += after < before
     assert improved >= 2, "arranging should tighten racks and leaves on fragmented clusters"

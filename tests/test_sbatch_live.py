@@ -306,3 +306,29 @@ $ARNOLD_CP_RANK $ARNOLD_DP_RANK $ARNOLD_PP_RANK $ARNOLD_EP_RANK"'
         assert ep == dp % 2
         groups.setdefault((pp, dp), set()).add(node)
     assert len(groups) == 4 and all(len(nodes) == 1 for nodes in groups.values())
+
+
+def test_tier_weights_reach_the_placement_and_the_jobs_spec(slurm: Slurm,
+                                                             tmp_path: Path) -> None:
+    """--tier-weight is weighed where the job is placed and kept in its spec, so a rebinding
+    at job start weighs the same; a tier the cluster lacks is refused before anything runs."""
+    from site_config import load_config
+    from slurm_arnold.site_state import caller
+    from slurm_arnold.submit.spec import read_spec
+
+    before = len(slurm.jobs())
+    bad = arnold_sbatch("--tp", "8", "--pp", "2", "-N", "4", "--tier-weight", "rack=1",
+                        "--wrap", "true")
+    assert bad.returncode == 1 and bad.stdout == ""
+    assert bad.stderr.startswith("arnold-sbatch: error: no tier named 'rack'")
+    assert bad.stderr.count("\n") == 1 and "'leaf'" in bad.stderr
+    assert len(slurm.jobs()) == before
+    proc = arnold_sbatch("--parsable", "--tp", "8", "--pp", "2", "-N", "4",
+                         "--tier-weight", "leaf=2", "-t", "5", "--exclusive",
+                         "--gpus-per-node=8", "-o", str(tmp_path / "out-%j.txt"),
+                         "--wrap", "true")
+    assert proc.returncode == 0, proc.stderr
+    job_id = int(proc.stdout)
+    assert wait_for_job(slurm, job_id) == "COMPLETED"
+    spec = read_spec(load_config(), caller(), os.getuid(), job_id)
+    assert spec is not None and spec.tier_weights == {"leaf": [2.0]}

@@ -9,10 +9,11 @@ rank order, crosses few.
 
 ``arrange`` tries a few arrangements, first one rule for every minipod, then each minipod's
 own best given the others, and keeps the best by the sum over the lower tiers of the weighted
-spread (alpha x DP + (1 - alpha) x PP; the tiers weigh alike, as a non-blocking tree gives a
-GPU the same bandwidth at every switch tier), then by those spreads from the tier nearest the
-minipod down, then by whole NVLink domains left free, then by the order tried (the MIP's own
-arrangement first). The answer is never worse, by that measure, than the MIP's own.
+spread (alpha_t x DP + beta_t x PP, ``placement.weights``: by default from the links above
+each tier, so on a non-blocking tree the tiers below the minipod weigh alike), then by those
+spreads from the tier nearest the minipod down, then by whole NVLink domains left free, then
+by the order tried (the MIP's own arrangement first). The answer is never worse, by that
+measure, than the MIP's own.
 
 An arrangement is a unit order and a tile height ``r``. Units: the minipod's fullest leaf
 first, inside it the fullest domain first (or, the other variant, partly used domains before
@@ -33,6 +34,7 @@ from slurm_arnold.blocks import tiers
 from slurm_arnold.placement.job import JobShape
 from slurm_arnold.placement.plan import Cell, place_at, worst_spreads
 from slurm_arnold.placement.pool import Pool
+from slurm_arnold.placement.weights import TierWeight, TierWeights, default_weights
 from slurm_arnold.topology import Topology
 
 #: Tile heights always tried (besides every divisor of PP): small tiles matter most, since a
@@ -60,13 +62,13 @@ def tile_heights(pp: int) -> list[int]:
                   | {r for r in range(1, pp + 1) if pp % r == 0})
 
 
-def lower_tier_score(cells: Mapping[Cell, Sequence[str]], alpha: float,
+def lower_tier_score(cells: Mapping[Cell, Sequence[str]], weights: TierWeights,
                      lower: Sequence[tuple[str, Callable[[str], str]]]) -> tuple[float, ...]:
-    """alpha x worst DP spread + (1 - alpha) x worst PP spread at each of the ``lower`` tiers."""
+    """alpha_t x worst DP spread + beta_t x worst PP spread at each of the ``lower`` tiers."""
     out = []
-    for _, where in lower:
+    for name, where in lower:
         dp, pp, _ = worst_spreads(cells, where)
-        out.append(round(alpha * dp + (1 - alpha) * pp, 6))
+        out.append(weights[name].of(dp, pp))
     return tuple(out)
 
 
@@ -182,14 +184,26 @@ def _tile_order(rows_of: np.ndarray, cols_of: np.ndarray, r: int, snake: bool) -
     return np.lexsort((rows_of, col_key, tile))
 
 
-def arrange(cells: dict[Cell, list[str]], pool: Pool, job: JobShape,
-            alpha: float) -> dict[Cell, list[str]]:
-    """``cells`` rearranged inside each minipod for the tiers below it (module docstring);
-    every cell stays in its minipod, so the minipod spreads are unchanged."""
+def arrange(cells: dict[Cell, list[str]], pool: Pool, job: JobShape, alpha: float,
+            weights: TierWeights | None = None,
+            references: Sequence[Mapping[Cell, Sequence[str]]] = ()) -> dict[Cell, list[str]]:
+    """``cells`` rearranged inside each minipod for the tiers below it (module docstring),
+    weighed by ``weights`` (default: ``weights.default_weights`` at ``alpha``); every cell
+    stays in its minipod, so the minipod spreads are unchanged. Before the weighted sum comes
+    how many (reference, tier) pairs the arrangement is worse at than the ``references``
+    (other placements of the same job: Slurm's block rule, the baselines), so where an
+    arrangement nowhere worse than them exists among those tried, that kind wins."""
     topology = pool.topology
     lower = lower_tiers(topology)
     if not lower or not cells:
         return cells
+    weights = weights or default_weights(topology, alpha)
+    pairs: list[TierWeight] = [weights[name] for name, _ in lower]
+    bars = [lower_tier_score(ref, weights, lower) for ref in references]
+
+    def regret(per_tier: Sequence[float]) -> int:
+        return sum(1 for bar in bars for ours, theirs in zip(per_tier, bar, strict=True)
+                   if ours > theirs + 1e-9)
     by_pod: dict[str, list[Cell]] = {}
     for cell, nodes in cells.items():
         by_pod.setdefault(topology.minipod_of(nodes[0]), []).append(cell)
@@ -214,9 +228,9 @@ def arrange(cells: dict[Cell, list[str]], pool: Pool, job: JobShape,
         variants[pod] = mine
 
     def score(rows: np.ndarray, cols: np.ndarray, touched: int) -> tuple[object, ...]:
-        per_tier = tuple(round(alpha * float(rows[t].max()) + (1 - alpha) * float(cols[t].max()),
-                               6) for t in range(len(lower)))
-        return sum(per_tier), per_tier, touched
+        per_tier = tuple(pairs[t].of(float(rows[t].max()), float(cols[t].max()))
+                         for t in range(len(lower)))
+        return regret(per_tier), sum(per_tier), per_tier, touched
 
     def totals(choice: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray, int]:
         chosen = [variants[pod][v] for pod, v in choice.items()]
@@ -255,8 +269,8 @@ def arrange(cells: dict[Cell, list[str]], pool: Pool, job: JobShape,
 
     # The counts above add up each minipod's share, exact while every place below a minipod
     # lies inside it; a domain spanning minipods would break that, so the real spreads decide.
-    def exact(c: Mapping[Cell, Sequence[str]]) -> tuple[float, tuple[float, ...]]:
-        per_tier = lower_tier_score(c, alpha, lower)
-        return sum(per_tier), per_tier
+    def exact(c: Mapping[Cell, Sequence[str]]) -> tuple[int, float, tuple[float, ...]]:
+        per_tier = lower_tier_score(c, weights, lower)
+        return regret(per_tier), sum(per_tier), per_tier
 
     return out if exact(out) <= exact(cells) else cells

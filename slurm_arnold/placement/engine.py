@@ -5,10 +5,16 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from slurm_arnold.errors import InfeasibleError
 from slurm_arnold.placement.bands import band_layout, exact_band_layout
-from slurm_arnold.placement.baselines import BASELINES, aligned_cells, baseline_cells
+from slurm_arnold.placement.baselines import (
+    BASELINES,
+    aligned_cells,
+    baseline_cells,
+    block_rule,
+)
 from slurm_arnold.placement.bounds import BoxJudge, box_costs
 from slurm_arnold.placement.job import JobShape
 from slurm_arnold.placement.mip import (
@@ -22,6 +28,9 @@ from slurm_arnold.placement.mip import (
 from slurm_arnold.placement.plan import Cell, Metrics, Placement, cells_from_rank_order, measure
 from slurm_arnold.placement.pool import Pool
 from slurm_arnold.topology import Topology
+
+if TYPE_CHECKING:
+    from slurm_arnold.placement.weights import TierWeights
 
 OFFLINE_ALGOS = ("mip", *BASELINES)
 #: With "slurm": the nodes slurmctld itself would choose (live only).
@@ -44,14 +53,16 @@ def check_alpha(alpha: float) -> float:
 
 def place(topology: Topology, free: Iterable[str], job: JobShape, *, algo: str = "mip",
           alpha: float = 0.5, time_limit: float | None = None, seed: int = 0,
-          max_spreads: tuple[int, int] | None = None, lower_tiers: bool = True) -> Placement:
+          max_spreads: tuple[int, int] | None = None, lower_tiers: bool = True,
+          weights: TierWeights | None = None) -> Placement:
     """Place ``job`` on the ``free`` nodes of ``topology`` with ``algo``.
 
     ``max_spreads`` (DP, PP; MIP only) keeps both spreads within those limits: the best
     weighted placement among those that are nowhere worse.
 
     ``lower_tiers`` (MIP only): arrange the cells inside each minipod for the tiers below it
-    (``placement.arrange``); the minipod spreads are the same either way.
+    (``placement.arrange``), weighing them by ``weights`` (``placement.weights``; default:
+    from the default network at ``alpha``); the minipod spreads are the same either way.
 
     ``time_limit`` (default ``DEFAULT_TIME_LIMIT``) is a safety net: node limits decide when
     the MIP stops, so its answer does not depend on the machine's load unless this is hit.
@@ -74,7 +85,7 @@ def place(topology: Topology, free: Iterable[str], job: JobShape, *, algo: str =
                          time.monotonic() - t0)
     if algo == "mip":
         return _place_mip(topology, free_list, job, alpha, time_limit, seed, t0, max_spreads,
-                          lower_tiers)
+                          lower_tiers, weights)
     raise InfeasibleError(f"unknown placement algorithm {algo!r}; use one of "
                           f"{', '.join(OFFLINE_ALGOS)}")
 
@@ -141,7 +152,7 @@ START_SEEDS = (0, 1, 2)
 def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
                time_limit: float, seed: int, t0: float,
                max_spreads: tuple[int, int] | None = None,
-               lower_tiers: bool = True) -> Placement:
+               lower_tiers: bool = True, weights: TierWeights | None = None) -> Placement:
     del seed  # the MIP's answer must not depend on it; see START_SEEDS and SCIP_SEED
     cap_dp, cap_pp = max_spreads or (math.inf, math.inf)
 
@@ -263,7 +274,13 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
         # Imported here: it needs numpy, which arnold-sbatch's start-up must not pay for.
         from slurm_arnold.placement.arrange import arrange
 
-        best_cells = arrange(best_cells, pool, job, alpha)
+        references = [starts[n] for n in valid]
+        if topology.domains:
+            # Slurm's own answer on NVLink domains, one TP group per segment, as users ask.
+            slurm_nodes = block_rule(topology, free, job.nodes, job.nodes_per_unit)
+            if slurm_nodes is not None:
+                references.append(cells_from_rank_order(slurm_nodes, job))
+        best_cells = arrange(best_cells, pool, job, alpha, weights, references)
     phases["arrange"] = time.monotonic() - t0 - sum(phases.values())
     dual = min(dual, best.weighted_spread)
     status = "optimal" if best.weighted_spread <= dual + 1e-9 else "gap"

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
@@ -33,6 +33,8 @@ from slurm_arnold.errors import ArnoldError, InfeasibleError
 from slurm_arnold.placement import NVLINK_GROUPS, JobShape, Parallelism, Placement, place
 from slurm_arnold.placement.align import alpha_from_model
 from slurm_arnold.placement.engine import ALGOS, check_alpha, place_from_node_list
+from slurm_arnold.placement.weights import parse_tier_weights
+from slurm_arnold.placement.weights import resolve as resolve_weights
 from slurm_arnold.rankorder import ORDERS, write_files
 from slurm_arnold.site_state import caller, open_site_db, open_user_db, site_lock, user_subdir
 from slurm_arnold.slurm import JobInfo, Slurm
@@ -273,11 +275,13 @@ def layout_from_model(request: Request, view: ClusterView, config: SiteConfig) -
 
 
 def plan(request: Request, view: ClusterView, free: set[str], slurm: Slurm,
-         network: NetworkTiers | None = None,
-         micro_batch: int = 1) -> tuple[Parallelism, Placement, str]:
+         network: NetworkTiers | None = None, micro_batch: int = 1,
+         site_weights: Mapping[str, float | Sequence[float]] | None = None
+         ) -> tuple[Parallelism, Placement, str]:
     """The job's parallelism and placement (of its shape, ``Parallelism.shape``); raises
     ``InfeasibleError`` with the user's choices.
-    ``network`` and ``micro_batch`` let ``--align auto`` price a ``--model`` job's traffic."""
+    ``network`` and ``micro_batch`` let ``--align auto`` price a ``--model`` job's traffic;
+    ``network``, ``site_weights`` and the user's ``--tier-weight`` weigh the tiers."""
     ours, sb = request.ours, request.sbatch
     tp = _int_option(ours.get("tp"), "--tp")
     pp = _int_option(ours.get("pp"), "--pp")
@@ -319,6 +323,9 @@ def plan(request: Request, view: ClusterView, free: set[str], slurm: Slurm,
     algo = ours.get("placement", "mip")
     if algo not in ALGOS:
         raise ArnoldError(f"--placement {algo}: use one of {', '.join(ALGOS)}")
+    # Checked here, so a queued job's spec never keeps weights its binding would refuse.
+    weights = resolve_weights(view.topology, alpha, network, site_weights or {},
+                              user_tier_weights(request))
     if len(free) < job.nodes:
         raise NotFreeNow(job, alpha, algo,
                          f"{job.nodes} nodes needed, {len(free)} free now"
@@ -329,7 +336,12 @@ def plan(request: Request, view: ClusterView, free: set[str], slurm: Slurm,
                               segment=_int_option(sb.get("segment"), "--segment")
                               or job.nodes_per_unit)
         return par, place_from_node_list("slurm", chosen, view.topology, job, alpha), algo
-    return par, place(view.topology, free, job, algo=algo, alpha=alpha), algo
+    return par, place(view.topology, free, job, algo=algo, alpha=alpha, weights=weights), algo
+
+
+def user_tier_weights(request: Request) -> dict[str, float | tuple[float, float]]:
+    """The job's ``--tier-weight`` (``NAME=W`` or ``NAME=A:B``, several joined by commas)."""
+    return parse_tier_weights([request.ours.get("tier-weight", "")])
 
 
 def steer_segments(par: Parallelism, topology: Topology, segment: int | None,
@@ -411,7 +423,7 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
         try:
             par, placement, algo = plan(
                 request, view, free, slurm, config.network,
-                int(planned.get("ARNOLD_PLAN_MICRO_BATCH", "1")))
+                int(planned.get("ARNOLD_PLAN_MICRO_BATCH", "1")), config.tier_weights)
             queued = False
         except NotFreeNow as short:
             if short.algo == "slurm":
@@ -477,7 +489,9 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
             placement.alpha, algo, order, request.sbatch.get("partition") or config.partition,
             **{k: request.sbatch.get(k) for k in ("exclude", "nodelist", "constraint")},
             cp=par.cp, ep=par.ep, nvlink=par.nvlink, segment_units=par.segment_units,
-            segment_stages=par.segment_stages))
+            segment_stages=par.segment_stages,
+            tier_weights={name: list(w) if isinstance(w, tuple) else [w]
+                          for name, w in user_tier_weights(request).items()}))
     if code == 0 and job_id:
         after_submit(config, slurm, int(job_id), queued=queued, gpus=job.gpus)
     return code

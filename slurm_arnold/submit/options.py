@@ -47,7 +47,7 @@ LONG_FLAGS = {
 # Our options: value-taking, as --name VALUE or --name=VALUE; and flags (--explain, or
 # --explain=PATH for where the picture goes).
 OURS = ("tp", "pp", "dp", "cp", "ep", "nvlink-group", "alpha", "align", "placement",
-        "rank-order", "model", "global-batch", "gpu-type")
+        "rank-order", "model", "global-batch", "gpu-type", "tier-weight")
 OUR_FLAGS = ("explain",)
 
 # The SBATCH_* input variables of sbatch (man sbatch, 22.05) for the options they set.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,8 @@ class JobSpec:
     nvlink: str = "tp"
     segment_units: int = 1
     segment_stages: int = 1
+    #: The user's ``--tier-weight``s: tier name -> [W] or [alpha, beta] (placement.weights).
+    tier_weights: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def parallelism(self) -> Parallelism:
@@ -160,4 +162,18 @@ def _validated(doc: Any, path: Path) -> JobSpec:
         cp=whole("cp") if "cp" in doc else 1, ep=whole("ep") if "ep" in doc else 1,
         nvlink=str(text("nvlink", "|".join(NVLINK_GROUPS), optional=True) or "tp"),
         segment_units=whole("segment_units") if "segment_units" in doc else 1,
-        segment_stages=whole("segment_stages") if "segment_stages" in doc else 1)
+        segment_stages=whole("segment_stages") if "segment_stages" in doc else 1,
+        tier_weights=_tier_weights(doc.get("tier_weights", {}), path))
+
+
+def _tier_weights(value: Any, path: Path) -> dict[str, list[float]]:
+    """The spec's ``tier_weights``: at most 16 tiers, each one or two numbers in [0, 1e6]."""
+    def number(x: Any) -> bool:
+        return isinstance(x, int | float) and not isinstance(x, bool) and 0 <= x <= 1e6
+
+    if not isinstance(value, dict) or len(value) > 16 or not all(
+            isinstance(k, str) and re.fullmatch(r"[\w .\-]{1,64}", k)
+            and isinstance(v, list) and len(v) in (1, 2) and all(number(x) for x in v)
+            for k, v in value.items()):
+        raise BadSpec(f"{path}: tier_weights must map tier names to [W] or [alpha, beta]")
+    return {k: [float(x) for x in v] for k, v in value.items()}

@@ -1,0 +1,157 @@
+"""Weights of the placement objective, tier by tier of the tree.
+
+At a tier ``t`` (NVLink domain, leaf, any level between, minipod, core) a job's objective is
+``alpha_t x worst DP spread + beta_t x worst PP spread``, spreads counted in that tier's places
+(``plan.spreads_per_tier``). The minipod tier's pair is ``--alpha`` and ``1 - alpha``: the MIP
+optimises that tier and proves it (two-tier trees keep their meaning). Every other tier
+weighs ``w_t`` times as much: ``alpha_t = alpha x w_t``, ``beta_t = (1 - alpha) x w_t``.
+
+``w_t`` defaults from the site's network (``[network]``, the cost model's tiers): a group
+spread over several places of tier ``t`` talks over the links just above it (leaving an NVLink
+domain: the leaf's; leaving a leaf, or a level below the minipod: the minipod's; leaving a
+minipod: the core's), so ``w_t`` is the time per byte of those links (bandwidth divided by
+oversubscription) over the time per byte of the core's, which minipod spreads pay. With the
+default network (400 Gb/s everywhere, the core 2:1 oversubscribed) every tier below the
+minipod weighs 0.5. A site or a user may set any tier but the minipod's (``tier_weights`` in
+the site file; ``--tier-weight`` of ``arnold place`` and of ``arnold-sbatch``, which keeps
+them in the job's spec so a rebinding weighs alike): ``NAME=W`` scales the tier, ``NAME=A:B``
+gives its alpha and beta outright.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from site_config.settings import LinkTier, NetworkTiers
+from slurm_arnold.blocks import tiers
+from slurm_arnold.errors import ArnoldError
+from slurm_arnold.topology import Topology
+
+DOMAIN = "nvlink domain"
+
+
+@dataclass(frozen=True)
+class TierWeight:
+    """How much a tier's worst DP spread (``alpha``) and worst PP spread (``beta``) count."""
+
+    alpha: float
+    beta: float
+
+    def of(self, dp_spread: float, pp_spread: float) -> float:
+        """This tier's term of the objective."""
+        return round(self.alpha * dp_spread + self.beta * pp_spread, 6)
+
+
+TierWeights = Mapping[str, TierWeight]
+
+
+def tier_names(topology: Topology) -> list[str]:
+    """The tiers spreads are counted at, nearest first (``plan.spreads_per_tier``'s order)."""
+    names = tiers(topology)
+    return [DOMAIN, *names] if topology.domains and names[0] != DOMAIN else names
+
+
+def optimised_tier(topology: Topology) -> str:
+    """The tier the MIP optimises (the minipod; the leaf where minipods are leaves)."""
+    names = tiers(topology)
+    return names[min(topology.minipod_level, len(names) - 1)]
+
+
+def _seconds_per_byte(link: LinkTier) -> float:
+    return link.oversubscription / link.bandwidth_gbps
+
+
+def _link_above(name: str, position: int, minipod_at: int, network: NetworkTiers) -> LinkTier:
+    """The links a group leaving one place of the tier ``name`` (at ``position`` among
+    ``blocks.tiers``; the minipod at ``minipod_at``) talks over."""
+    if name == DOMAIN and position < 0:
+        return network.leaf
+    return network.minipod if position < minipod_at else network.core
+
+
+def default_weights(topology: Topology, alpha: float,
+                    network: NetworkTiers | None = None) -> dict[str, TierWeight]:
+    """Every tier's weights from ``network``'s links (module docstring)."""
+    network = network or NetworkTiers()
+    names = tiers(topology)
+    optimised = optimised_tier(topology)
+    minipod_at = names.index(optimised)
+    reference = _seconds_per_byte(network.core)
+    out: dict[str, TierWeight] = {}
+    for name in tier_names(topology):
+        position = names.index(name) if name in names else -1
+        w = 1.0 if name == optimised else \
+            _seconds_per_byte(_link_above(name, position, minipod_at, network)) / reference
+        out[name] = TierWeight(round(alpha * w, 6), round((1 - alpha) * w, 6))
+    return out
+
+
+def parse_tier_weight(text: str) -> tuple[str, float | tuple[float, float]]:
+    """``NAME=W`` or ``NAME=A:B`` -> (name, W or (A, B)); raises ``ArnoldError``."""
+    name, eq, value = text.rpartition("=")
+    name = name.strip()
+    if not eq or not name:
+        raise ArnoldError(f"--tier-weight {text!r}: write TIER=W or TIER=ALPHA:BETA, e.g. "
+                          "'leaf=0.5' or 'nvlink domain=0.2:0.8'")
+    try:
+        parts = [float(v) for v in value.split(":")]
+    except ValueError:
+        raise ArnoldError(f"--tier-weight {text!r}: {value!r} is not a number (or two "
+                          "numbers joined by ':')") from None
+    if len(parts) > 2 or any(not 0 <= p < float("inf") for p in parts):
+        raise ArnoldError(f"--tier-weight {text!r}: give one weight or ALPHA:BETA, each a "
+                          "finite number >= 0")
+    return name, (parts[0] if len(parts) == 1 else (parts[0], parts[1]))
+
+
+def parse_tier_weights(texts: Iterable[str]) -> dict[str, float | tuple[float, float]]:
+    """``--tier-weight`` values (each ``NAME=W`` or ``NAME=A:B``, or several joined by
+    commas, as arnold-sbatch takes them in one option) -> ``{name: W or (A, B)}``, the last
+    word on a tier winning; raises ``ArnoldError``."""
+    return dict(parse_tier_weight(part) for text in texts for part in text.split(",")
+                if part.strip())
+
+
+def resolve(topology: Topology, alpha: float, network: NetworkTiers | None = None,
+            *layers: Mapping[str, float | Sequence[float]]) -> dict[str, TierWeight]:
+    """The defaults with each of ``layers`` (``{name: W, [W] or [A, B]}``: the site file's
+    ``tier_weights``, then ``--tier-weight``'s, parsed) applied in turn. Raises
+    ``ArnoldError`` for a tier the topology does not have, or for the tier the MIP optimises
+    (``--alpha`` sets it)."""
+    weights = default_weights(topology, alpha, network)
+    optimised = optimised_tier(topology)
+    for layer in layers:
+        for name, value in layer.items():
+            if name == optimised:
+                raise ArnoldError(
+                    f"the {optimised} tier's weights are --alpha and 1 - alpha (the tier the "
+                    "MIP optimises); set the other tiers with --tier-weight")
+            if name not in weights:
+                raise ArnoldError(f"no tier named {name!r} in this topology; its tiers are "
+                                  f"{', '.join(repr(n) for n in weights)}")
+            numbers = [value] if isinstance(value, (int, float)) else list(value)
+            if len(numbers) not in (1, 2) or any(not 0 <= float(v) < float("inf")
+                                                 for v in numbers):
+                raise ArnoldError(f"tier weight {name}={value!r}: give one weight or "
+                                  "[alpha, beta], each a finite number >= 0")
+            if len(numbers) == 1:
+                w = float(numbers[0])
+                weights[name] = TierWeight(round(alpha * w, 6), round((1 - alpha) * w, 6))
+            else:
+                weights[name] = TierWeight(float(numbers[0]), float(numbers[1]))
+    return weights
+
+
+def objective_per_tier(per_tier: Sequence[Mapping[str, Any]],
+                       weights: TierWeights) -> tuple[list[dict[str, Any]], float]:
+    """``plan.spreads_per_tier``'s entries with each tier's ``alpha``, ``beta`` and
+    ``weighted_spread``, and the objective summed over the tiers."""
+    out = []
+    for entry in per_tier:
+        w = weights[entry["tier"]]
+        out.append(dict(entry) | {"alpha": w.alpha, "beta": w.beta,
+                                  "weighted_spread": w.of(entry["max_dp_spread"],
+                                                          entry["max_pp_spread"])})
+    return out, round(sum(e["weighted_spread"] for e in out), 6)
