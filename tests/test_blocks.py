@@ -460,3 +460,42 @@ def test_arnold_sbatch_refuses_zero_sizes_in_one_line() -> None:
             request_parallelism(ours, tp, 2, None, 4, 8)
     par = request_parallelism({"cp": "2", "ep": "2", "nvlink-group": "tp-cp"}, 4, 2, None, 4, 8)
     assert (par.tp, par.cp, par.ep, par.dp, par.nvlink) == (4, 2, 2, 2, "tp-cp")
+
+
+def test_the_bucketed_block_rule_matches_the_segment_by_segment_one() -> None:
+    """``block_rule`` places segments no larger than a base block through buckets of blocks
+    by free nodes (fast on 100k GPUs); the general loop (``_one_segment``) gives the same
+    nodes on fragmented NVL racks, for every segment size and count tried."""
+    import random
+    from itertools import pairwise
+
+    from benchmarks.clusters import fragment
+    from benchmarks.placement_nvl import nvl_cluster
+    from slurm_arnold.placement.baselines import _one_segment, block_rule, slurm_sort_key
+
+    checked = 0
+    for seed in range(4):
+        rng = random.Random(seed)
+        topo = nvl_cluster(4 * 18 * 30, rng)
+        free = fragment(topo, rng.choice((0.3, 0.5, 0.7)), rng)
+        for segment in (1, 2, 3, 4, 18):
+            for count in (1, 5, len(free) // segment // 2, len(free) // segment):
+                if segment * count == 1:
+                    continue  # one node: the first free one, a rule of its own
+                blocks: dict[str, list[str]] = {}
+                for node in topo.nodes:
+                    blocks.setdefault(topo.domains[node], [])
+                    if node in set(free):
+                        blocks[topo.domains[node]].append(node)
+                slow: list[str] | None = []
+                for _ in range(count):
+                    taken = _one_segment(blocks, segment, 18, list(pairwise(topo.block_sizes)))
+                    if taken is None or slow is None:
+                        slow = None
+                        break
+                    slow += taken
+                fast = block_rule(topo, free, segment * count, segment)
+                expected = None if slow is None else sorted(slow, key=slurm_sort_key)
+                assert fast == expected, (seed, segment, count)
+                checked += expected is not None
+    assert checked >= 40

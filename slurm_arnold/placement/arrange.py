@@ -199,7 +199,6 @@ def arrange(cells: dict[Cell, list[str]], pool: Pool, job: JobShape, alpha: floa
         return cells
     weights = weights or default_weights(topology, alpha)
     pairs: list[TierWeight] = [weights[name] for name, _ in lower]
-    bars = [lower_tier_score(ref, weights, lower) for ref in references]
 
     def regret(per_tier: Sequence[float]) -> int:
         return sum(1 for bar in bars for ours, theirs in zip(per_tier, bar, strict=True)
@@ -208,6 +207,18 @@ def arrange(cells: dict[Cell, list[str]], pool: Pool, job: JobShape, alpha: floa
     for cell, nodes in cells.items():
         by_pod.setdefault(topology.minipod_of(nodes[0]), []).append(cell)
     ids = _Places(pool, lower)
+
+    def exact_tiers(c: Mapping[Cell, Sequence[str]]) -> tuple[float, ...]:
+        """``lower_tier_score`` of ``c`` through the place ids (a node's places are looked up
+        once, however many placements hold it)."""
+        keys = list(c)
+        units = [list(c[k]) for k in keys]
+        v = _variant(units, np.arange(len(keys)), np.array([k[0] for k in keys]),
+                     np.array([k[1] for k in keys]), ids.of(units), job, 0)
+        return tuple(pairs[t].of(float(v.rows[t].max()), float(v.cols[t].max()))
+                     for t in range(len(lower)))
+
+    bars = [exact_tiers(ref) for ref in references]
     # Variant 0 of every minipod is what it had; the others are tried in the same order in
     # every minipod, so one index means one rule everywhere.
     variants: dict[str, list[_Variant]] = {}
@@ -270,7 +281,7 @@ def arrange(cells: dict[Cell, list[str]], pool: Pool, job: JobShape, alpha: floa
     # The counts above add up each minipod's share, exact while every place below a minipod
     # lies inside it; a domain spanning minipods would break that, so the real spreads decide.
     def exact(c: Mapping[Cell, Sequence[str]]) -> tuple[int, float, tuple[float, ...]]:
-        per_tier = lower_tier_score(c, weights, lower)
+        per_tier = exact_tiers(c)
         return regret(per_tier), sum(per_tier), per_tier
 
     return out if exact(out) <= exact(cells) else cells

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import random
 import re
+from bisect import insort
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 
@@ -193,12 +194,41 @@ def block_rule(topology: Topology, free: Sequence[str], nodes: int,
     size = segment or nodes
     if (segment and segment > base) or nodes % size:
         return None
+    if size <= base:
+        return _base_block_segments(blocks, size, nodes // size)
     out: list[str] = []
     for _ in range(nodes // size):
         taken = _one_segment(blocks, size, base, list(pairwise(topology.block_sizes)))
         if taken is None:
             return None
         out += taken
+    return sorted(out, key=slurm_sort_key)
+
+
+def _base_block_segments(blocks: dict[str, list[str]], need: int,
+                         count: int) -> list[str] | None:
+    """``count`` segments of ``need`` nodes, each no larger than a base block: what
+    ``_one_segment`` does at the lowest level (the block with the fewest free nodes that holds
+    a segment, the last on ties; its first free nodes), with the blocks kept in buckets by
+    free nodes so a segment costs a block size, not the number of blocks (100k-GPU clusters
+    have thousands of blocks and thousands of segments)."""
+    names = list(blocks)
+    free = [len(blocks[b]) for b in names]
+    taken = [0] * len(names)
+    buckets: dict[int, list[int]] = {}
+    for k, c in enumerate(free):
+        buckets.setdefault(c, []).append(k)  # ascending: the last is the last on ties
+    most = max(free, default=0)
+    out: list[str] = []
+    for _ in range(count):
+        fewest = next((c for c in range(need, most + 1) if buckets.get(c)), None)
+        if fewest is None:
+            return None
+        c, k = fewest, buckets[fewest].pop()
+        out += blocks[names[k]][taken[k]:taken[k] + need]
+        taken[k] += need
+        # Back among the blocks with fewer free nodes, in its place by index.
+        insort(buckets.setdefault(c - need, []), k)
     return sorted(out, key=slurm_sort_key)
 
 
