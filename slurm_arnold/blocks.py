@@ -261,7 +261,7 @@ def _tree_conf(doc: dict[str, Any], source: str) -> str:
 def tiers(topology: Topology) -> list[str]:
     """Names of the positions of ``Topology.path_of``: nearest tier first, the top last (the
     leaf is the NVLink domain itself when the tree was built from blocks)."""
-    depth = max(len(topology.path_of(n)) for n in topology.nodes)
+    depth = topology.depth()
     names = ["leaf", *[f"level {k}" for k in range(1, depth)]]
     if 0 < topology.minipod_level < depth:
         names[topology.minipod_level] = "minipod"

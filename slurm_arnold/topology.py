@@ -54,9 +54,18 @@ class Topology:
     #: Slurm's BlockSizes (nodes), when the domains came from topology/block.
     block_sizes: tuple[int, ...] = ()
     _minipod: dict[str, str] = field(default_factory=dict, repr=False)
+    _leaf_paths: dict[str, tuple[str, ...]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        self._minipod = {n: self._find_minipod(leaf) for n, leaf in self.node_leaf.items()}
+        pods = {leaf: self._find_minipod(leaf) for leaf in set(self.node_leaf.values())}
+        self._minipod = {n: pods[leaf] for n, leaf in self.node_leaf.items()}
+        # Paths are asked for per node (per tier, per placement): computed once per leaf.
+        self._leaf_paths = {}
+        for leaf in pods:
+            path = [leaf]
+            while (parent := self.switches[path[-1]].parent) is not None:
+                path.append(parent)
+            self._leaf_paths[leaf] = tuple(path)
 
     @property
     def nodes(self) -> list[str]:
@@ -91,10 +100,11 @@ class Topology:
 
     def path_of(self, node: str) -> list[str]:
         """The switches above ``node``, its leaf first and the top switch last."""
-        path = [self.node_leaf[node]]
-        while (parent := self.switches[path[-1]].parent) is not None:
-            path.append(parent)
-        return path
+        return list(self._leaf_paths[self.node_leaf[node]])
+
+    def depth(self) -> int:
+        """The longest ``path_of`` (switch tiers from a leaf to the top)."""
+        return max((len(p) for p in self._leaf_paths.values()), default=0)
 
     def minipods(self) -> list[str]:
         """Minipod switch names in tree order."""
