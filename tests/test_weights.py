@@ -192,3 +192,29 @@ def test_a_jobs_spec_keeps_its_tier_weights_and_refuses_bad_ones(tmp_path: Path)
         path.write_text(json.dumps(old | {"tier_weights": bad}))
         with pytest.raises(BadSpec, match="tier_weights"):
             read_spec(config, "me", os.getuid(), 7)
+
+
+def test_a_rebinding_weighs_as_the_submit_did(tmp_path: Path,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    """The admin side's rebinding takes the site's weights, then the job's own from its spec;
+    where the job's name a tier the topology no longer has, the site's alone, with a warning."""
+    from typing import Any, cast
+
+    from reservations.binder import Binder
+    from site_config import load_config
+    from slurm_arnold.submit.spec import JobSpec
+
+    config = load_config({"state_dir": str(tmp_path / "state"), "tier_weights": {"leaf": 3.0}})
+    binder = Binder(config, cast(Any, None), cast(Any, None))
+    topo, _ = small_nvl()
+    spec = JobSpec(7, "me", "0123abcd", 8, 2, 4, 4, 0.5, "mip", "tp-dp-pp",
+                   tier_weights={"nvlink domain": [0.0, 1.0]})
+    weights = binder.weights(topo, spec)
+    assert weights["leaf"] == TierWeight(1.5, 1.5)
+    assert weights["nvlink domain"] == TierWeight(0.0, 1.0)
+    stale = JobSpec(8, "me", "0123abcd", 8, 2, 4, 4, 0.5, "mip", "tp-dp-pp",
+                    tier_weights={"rack": [1.0]})
+    with caplog.at_level("WARNING"):
+        weights = binder.weights(topo, stale)
+    assert weights == resolve(topo, 0.5, None, {"leaf": 3.0})
+    assert "job 8: its --tier-weight no longer applies" in caplog.text
