@@ -60,7 +60,8 @@ def place(topology: Topology, free: Iterable[str], job: JobShape, *, algo: str =
     ``max_spreads`` (DP, PP; MIP only) keeps both spreads within those limits: the best
     weighted placement among those that are nowhere worse.
 
-    ``lower_tiers`` (MIP only): arrange the cells inside each minipod for the tiers below it
+    ``lower_tiers`` (MIP only): choose the minipods for the tiers above them
+    (``placement.regroup``) and arrange the cells inside each for the tiers below it
     (``placement.arrange``), weighing them by ``weights`` (``placement.weights``; default:
     from the default network at ``alpha``); the minipod spreads are the same either way.
 
@@ -273,6 +274,12 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
     if lower_tiers:
         # Imported here: it needs numpy, which arnold-sbatch's start-up must not pay for.
         from slurm_arnold.placement.arrange import arrange
+        from slurm_arnold.placement.regroup import regroup
+        from slurm_arnold.placement.weights import default_weights
+
+        weights = weights or default_weights(topology, alpha)
+        # Which minipods, for the tiers above them; then inside them, for the tiers below.
+        best_cells = regroup(best_cells, pool, job, weights)
 
         references = [starts[n] for n in valid]
         if topology.domains:
