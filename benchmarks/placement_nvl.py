@@ -35,6 +35,7 @@ from slurm_arnold.placement.baselines import BASELINES
 from slurm_arnold.placement.baselines import block_rule as slurm_block_rule
 from slurm_arnold.placement.engine import place_from_node_list
 from slurm_arnold.placement.plan import spreads_per_tier
+from slurm_arnold.placement.weights import default_weights, objective_per_tier
 from slurm_arnold.rankorder import parse as parse_rankorder
 from slurm_arnold.rankorder import write_files
 from slurm_arnold.topology import Topology, parse_topology
@@ -99,6 +100,14 @@ def tier_spreads(placement: Placement, topology: Topology) -> dict[str, float]:
             for t in spreads_per_tier(placement.cells, topology)}
 
 
+def tier_objective(placement: Placement, topology: Topology) -> float:
+    """The objective summed over every tier with the default weights (``placement.weights``:
+    the spine tier alpha and 1 - alpha, the tiers below it half as much): ``arnold place
+    --json``'s ``tier_objective``."""
+    weights = default_weights(topology, ALPHA)
+    return objective_per_tier(spreads_per_tier(placement.cells, topology), weights)[1]
+
+
 def tp_groups_split(placement: Placement, topology: Topology, tmp: Path) -> int:
     """TP groups whose nodes are in more than one rack, read from the rank-order file."""
     rankfile, _ = write_files(tmp, placement, "0123abcd")
@@ -153,6 +162,7 @@ def _case(topo: Topology, free: list[str], job: JobShape, tmp: Path) -> dict[str
                                            "mip-unarranged": tier_spreads(place(
                                                topo, free, job, algo="mip", alpha=ALPHA,
                                                lower_tiers=False), topo)},
+                              "tier_objective": {"mip": tier_objective(ours, topo)},
                               "split_groups": {"mip": tp_groups_split(ours, topo, tmp)},
                               "whole_racks_before": whole_racks_left(topo, free, []),
                               "whole_racks_left": {"mip": whole_racks_left(topo, free,
@@ -162,12 +172,14 @@ def _case(topo: Topology, free: list[str], job: JobShape, tmp: Path) -> dict[str
         theirs = place_from_node_list("slurm-block", chosen, topo, job, ALPHA)
         result["spreads"]["slurm-block"] = theirs.metrics.weighted_spread
         result["per_tier"]["slurm-block"] = tier_spreads(theirs, topo)
+        result["tier_objective"]["slurm-block"] = tier_objective(theirs, topo)
         result["split_groups"]["slurm-block"] = tp_groups_split(theirs, topo, tmp)
         result["whole_racks_left"]["slurm-block"] = whole_racks_left(topo, free, chosen)
     for algo in BASELINES:
         baseline = place(topo, free, job, algo=algo, alpha=ALPHA)
         result["spreads"][algo] = baseline.metrics.weighted_spread
         result["per_tier"][algo] = tier_spreads(baseline, topo)
+        result["tier_objective"][algo] = tier_objective(baseline, topo)
         result["split_groups"][algo] = tp_groups_split(baseline, topo, tmp)
     valid = [a for a, s in result["split_groups"].items() if s == 0 and a != "mip"]
     best = min((result["spreads"][a] for a in valid), default=math.inf)
@@ -204,6 +216,17 @@ def summarise(cases: list[dict[str, Any]]) -> dict[str, Any]:
                 if "slurm-block" in c["spreads"]),
             "never_worse_than_valid_baselines": all(
                 c["ratio"] is None or c["ratio"] <= 1 + 1e-9 for c in mine),
+            # The objective summed over the tiers (default weights): ours / block rule.
+            "tier_objective_ratio_to_block_rule_mean": _mean(
+                [c["tier_objective"]["mip"] / c["tier_objective"]["slurm-block"]
+                 for c in mine if "slurm-block" in c["tier_objective"]]),
+            "tier_objective_cases_worse_than_block_rule": sum(
+                c["tier_objective"]["mip"] > c["tier_objective"]["slurm-block"] + 1e-9
+                for c in mine if "slurm-block" in c["tier_objective"]),
+            "tier_objective_cases_worse_than_a_valid_baseline": sum(
+                any(c["tier_objective"]["mip"] > c["tier_objective"][a] + 1e-9
+                    for a, n in c["split_groups"].items()
+                    if n == 0 and a not in ("mip", "slurm-block")) for c in mine),
             "baselines_splitting_groups": sorted({a for c in mine
                                                   for a, s in c["split_groups"].items()
                                                   if s and a != "mip"}),
@@ -272,6 +295,16 @@ def markdown(result: dict[str, Any], command: str) -> str:
                          f"{t['unarranged_ratio_to_block_rule_mean']} | "
                          f"{t['cases_worse_than_block_rule']} of {s['cases']} | "
                          f"{t['cases_worse_than_a_valid_baseline']} of {s['cases']} |")
+    lines += ["", "The objective summed over the tiers (`arnold place --json`'s "
+              "`tier_objective`, default weights: the spines alpha and 1 - alpha, the racks "
+              "and leaves half as much, as the default network's links price them): "
+              + "; ".join(f"{scale} GPUs: ours / block rule "
+                          f"{s['tier_objective_ratio_to_block_rule_mean']}"
+                          " (mean), worse than the block rule in "
+                          f"{s['tier_objective_cases_worse_than_block_rule']} of {s['cases']} "
+                          "cases, worse than a valid baseline in "
+                          f"{s['tier_objective_cases_worse_than_a_valid_baseline']}"
+                          for scale, s in result["summary"].items()) + "."]
     lines += ["", "| scale | busy | TP x PP x DP | nodes | ours | block rule | best-fit | "
               "topo-aware | ours (s) |", "|---|---|---|---|---|---|---|---|---|"]
     for c in result["cases"]:

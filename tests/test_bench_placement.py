@@ -93,8 +93,12 @@ def test_nvl_quick_bench_keeps_tp_groups_in_racks_and_never_loses(tmp_path: Path
         assert list(ours) == ["nvlink domain", "leaf", "minipod", "core"]
         assert ours["minipod"] == plain["minipod"] == case["spreads"]["mip"]
         assert ours["nvlink domain"] + ours["leaf"] <= plain["nvlink domain"] + plain["leaf"]
+        # The summed objective: the spine tier at full weight, the racks and leaves at half.
+        assert case["tier_objective"]["mip"] == pytest.approx(
+            ours["minipod"] + ours["core"] + 0.5 * (ours["nvlink domain"] + ours["leaf"]))
     for scale in doc["summary"].values():
         assert scale["never_worse_than_valid_baselines"] is True
+        assert 0 <= scale["tier_objective_cases_worse_than_block_rule"] <= scale["cases"]
     assert not docs.exists()
     # The modelled block rule: the tightest single rack when one holds the job.
     import random
