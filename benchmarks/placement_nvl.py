@@ -2,8 +2,10 @@
 
 A cluster is racks of 18 nodes of 4 GPUs (one NVLink domain each, GB200 NVL72) under three
 scale-out tiers: leaf switches over 3 to 5 racks, spines over 6 to 10 leaves (our minipods),
-one super-spine (the core). It is fragmented by ``benchmarks.clusters.fragment``'s replayed
-job mix. Jobs have TP 8 or 16 (TP groups of 2 or 4 nodes, which must stay in one rack).
+one super-spine (the core); the ``30k-deep`` clusters put the spines in groups of three
+under super-spines under the core (four scale-out tiers). It is fragmented by
+``benchmarks.clusters.fragment``'s replayed job mix. Jobs have TP 8 or 16 (TP groups of 2
+or 4 nodes, which must stay in one rack).
 
 Slurm's block rule modelled offline (``slurm_arnold.placement.baselines.block_rule``, as
 slurmctld's eval_nodes_block does it, checked against 26.05 on the local cluster): the blocks
@@ -44,7 +46,10 @@ RACK_NODES = 18
 GPUS_PER_NODE = 4
 #: Racks joined per block level (Slurm's BlockSizes: 18, 72, 288, ...).
 BLOCK_JOIN = 4
-SCALES = {"10k": 10_000, "100k": 100_000}
+SCALES = {"10k": 10_000, "100k": 100_000, "30k-deep": 30_000}
+#: Scales whose spines sit in super-spine groups of this many under the core (a fourth
+#: scale-out tier above the minipods: what ``placement.regroup`` is for).
+DEEP_GROUP_SPINES = {"30k-deep": 3}
 QUICK_SCALES = {"5k": 5_000}
 WALL_TARGETS = {"10k": 2.0, "100k": 20.0}
 #: Job shapes of the suite: TP, PP, and the job's share of the free nodes.
@@ -53,8 +58,9 @@ QUICK_JOBS = ((8, 4, 0.3), (16, 4, 0.3))
 ALPHA = 0.5
 
 
-def nvl_cluster(gpus: int, rng: random.Random) -> Topology:
-    """Racks of ``RACK_NODES`` x ``GPUS_PER_NODE`` under leaves, spines and a core."""
+def nvl_cluster(gpus: int, rng: random.Random, group_spines: int = 0) -> Topology:
+    """Racks of ``RACK_NODES`` x ``GPUS_PER_NODE`` under leaves, spines and a core (with
+    ``group_spines``, spines in groups of that many under super-spines under the core)."""
     racks = max(2, round(gpus / (RACK_NODES * GPUS_PER_NODE)))
     width = len(str(racks * RACK_NODES))
     lines, members = [], {}
@@ -76,7 +82,14 @@ def nvl_cluster(gpus: int, rng: random.Random) -> Topology:
             lines.append(f"SwitchName=spine{pod} Switches={','.join(pod_leaves)}")
             pod_leaves = []
             pod += 1
-    lines.append(f"SwitchName=core Switches=spine[0-{pod - 1}]")
+    if group_spines:
+        groups = [f"superspine{g}" for g in range(math.ceil(pod / group_spines))]
+        for g, name in enumerate(groups):
+            last = min(pod, (g + 1) * group_spines) - 1
+            lines.append(f"SwitchName={name} Switches=spine[{g * group_spines}-{last}]")
+        lines.append(f"SwitchName=core Switches=superspine[0-{len(groups) - 1}]")
+    else:
+        lines.append(f"SwitchName=core Switches=spine[0-{pod - 1}]")
     tree = parse_topology("\n".join(lines) + "\n", f"nvl72-{gpus}")
     blocks = Blocks({name: tuple(hostlist.expand_hostlist(expr))
                      for name, expr in members.items()},
@@ -136,7 +149,7 @@ def run(quick: bool = False, seed: int = 0) -> dict[str, Any]:
         for scale, gpus in scales.items():
             for c, occupancy in enumerate(occupancies):
                 rng = random.Random(f"{seed}-nvl-{scale}-{c}")
-                topo = nvl_cluster(gpus, rng)
+                topo = nvl_cluster(gpus, rng, DEEP_GROUP_SPINES.get(scale, 0))
                 free = fragment(topo, occupancy, rng)
                 for tp, pp, share in jobs:
                     m = tp // GPUS_PER_NODE
@@ -258,7 +271,8 @@ def markdown(result: dict[str, Any], command: str) -> str:
     """The docs/benchmarks.md section."""
     lines = ["## Placement: NVL72-style clusters (NVLink domains)", "",
              f"Command: `{command}`. Racks of 18 x 4 GPUs (one NVLink domain each) under "
-             "leaves (3-5 racks), spines (6-10 leaves) and a core; fragmented by a replayed "
+             "leaves (3-5 racks), spines (6-10 leaves) and a core (30k-deep: the spines in "
+             "groups of three under super-spines under the core); fragmented by a replayed "
              "job mix (50% and 70% busy); "
              "jobs TP 8 or 16, PP 4 or 8, a quarter or 60% of the free nodes, alpha 0.5. "
              "Slurm's block rule with `--segment` = one TP group, modelled offline as "
@@ -280,14 +294,17 @@ def markdown(result: dict[str, Any], command: str) -> str:
                      f"{s['whole_racks_left_mean'].get('mip')} / "
                      f"{s['whole_racks_left_mean'].get('slurm-block')} |")
     lines += ["", "Per tier, nearest first (weighted spread counted in NVLink domains, leaves, "
-              "spines, the core): mean ratio ours / block rule, and the cases where ours is "
+              "spines, super-spines where there are, the core): mean ratio ours / block "
+              "rule, and the cases where ours is "
               "worse at that tier than the block rule or than a valid baseline (the MIP "
-              "optimises the spine tier; inside each spine `placement.arrange` tightens the "
-              "tiers below, by their sum; its share of ours' wall time, at most: "
+              "optimises the spine tier; `placement.regroup` chooses the spines for the "
+              "tiers above them, `placement.arrange` tightens the tiers below inside each, "
+              "by their weighted sum; their share of ours' wall time, at most: "
               + ", ".join(f"{s['arrange_max_s']:.3f} s at {scale} GPUs"
                           for scale, s in result["summary"].items()) + ").", "",
-              "| scale | tier | ours / block rule, mean | the same without arranging the "
-              "minipods | cases worse than block rule | cases worse than a valid baseline |",
+              "| scale | tier | ours / block rule, mean | the same without choosing and "
+              "arranging the minipods | cases worse than block rule | cases worse than a "
+              "valid baseline |",
               "|---|---|---|---|---|---|"]
     for scale, s in result["summary"].items():
         for tier, t in s["per_tier"].items():

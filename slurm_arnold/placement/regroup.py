@@ -31,12 +31,9 @@ def upper_tiers(topology: Topology) -> list[tuple[str, int]]:
     """The tiers above the minipod that more than one switch forms: (name as
     ``blocks.tiers`` names it, position in ``Topology.path_of``), nearest first."""
     names = tiers(topology)
-    out = []
-    for k in range(topology.minipod_level + 1, len(names)):
-        if len({path[min(k, len(path) - 1)]
-                for path in (topology.path_of(n) for n in _one_node_per_minipod(topology))}) > 1:
-            out.append((names[k], k))
-    return out
+    paths = [topology.path_of(n) for n in _one_node_per_minipod(topology)]
+    return [(names[k], k) for k in range(topology.minipod_level + 1, len(names))
+            if len({path[min(k, len(path) - 1)] for path in paths}) > 1]
 
 
 def _one_node_per_minipod(topology: Topology) -> list[str]:
