@@ -89,11 +89,12 @@ class Binder:
         user's no longer fit the topology (a tier renamed since the submit)."""
         network, site = self.config.network, self.config.tier_weights
         try:
-            return resolve_weights(topology, spec.alpha, network, site, spec.tier_weights)
+            return resolve_weights(topology, spec.alpha, network, site=site,
+                                   user=spec.tier_weights)
         except ArnoldError as exc:
             log.warning("job %d: its --tier-weight no longer applies (%s); the site's weights "
                         "are used", spec.job_id, exc)
-            return resolve_weights(topology, spec.alpha, network, site)
+            return resolve_weights(topology, spec.alpha, network, site=site)
 
     def run(self, snap: Snapshot, predictor: LivePredictor) -> list[str]:
         """Bind or repair every waiting arnold job that needs it; the actions taken."""

@@ -258,6 +258,17 @@ def _tree_conf(doc: dict[str, Any], source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: The name of the NVLink-domain tier.
+DOMAIN = "nvlink domain"
+
+
+def spread_tiers(topology: Topology) -> list[str]:
+    """The tiers spreads are counted at, nearest first: the NVLink domain where the topology
+    has domains that are not its leaves, then ``tiers``."""
+    names = tiers(topology)
+    return [DOMAIN, *names] if topology.domains and names[0] != DOMAIN else names
+
+
 def tiers(topology: Topology) -> list[str]:
     """Names of the positions of ``Topology.path_of``: nearest tier first, the top last (the
     leaf is the NVLink domain itself when the tree was built from blocks)."""
@@ -269,5 +280,5 @@ def tiers(topology: Topology) -> list[str]:
         names[-1] = "core"
     if topology.domains and all(topology.node_leaf[n] == d
                                 for n, d in topology.domains.items()):
-        names[0] = "nvlink domain"
+        names[0] = DOMAIN
     return names

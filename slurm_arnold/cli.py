@@ -340,8 +340,8 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
                                pp_bytes=parse_bytes(pp_volume or "0"), dp=job.dp,
                                microbatches=microbatches, network=config.network)
     alpha = check_alpha(0.5 if alpha is None else alpha)
-    weights = resolve_weights(view.topology, alpha, config.network, config.tier_weights,
-                              tier_weights)
+    weights = resolve_weights(view.topology, alpha, config.network, site=config.tier_weights,
+                              user=tier_weights)
     if algo == "slurm":
         # On NVLink domains, as a user would ask: one TP group per segment.
         chosen = slurm_choice(Slurm(), view, job.nodes, segment=job.nodes_per_unit)

@@ -320,7 +320,7 @@ def test_tier_weights_reach_the_placement_and_the_jobs_spec(slurm: Slurm,
     bad = arnold_sbatch("--tp", "8", "--pp", "2", "-N", "4", "--tier-weight", "rack=1",
                         "--wrap", "true")
     assert bad.returncode == 1 and bad.stdout == ""
-    assert bad.stderr.startswith("arnold-sbatch: error: no tier named 'rack'")
+    assert bad.stderr.startswith("arnold-sbatch: error: --tier-weight: no tier named 'rack'")
     assert bad.stderr.count("\n") == 1 and "'leaf'" in bad.stderr
     assert len(slurm.jobs()) == before
     proc = arnold_sbatch("--parsable", "--tp", "8", "--pp", "2", "-N", "4",

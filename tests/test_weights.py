@@ -58,14 +58,25 @@ def test_default_weights_follow_the_links_above_each_tier() -> None:
 def test_overrides_apply_in_turn_and_bad_ones_are_refused() -> None:
     topo = parse_topology(TWO_TIERS, "two")
     site = {"leaf": 2.0}
-    assert resolve(topo, 0.5, None, site)["leaf"] == TierWeight(1.0, 1.0)
-    assert resolve(topo, 0.5, None, site, {"leaf": (0.1, 0.9)})["leaf"] == TierWeight(0.1, 0.9)
+    assert resolve(topo, 0.5, None, site=site)["leaf"] == TierWeight(1.0, 1.0)
+    both = resolve(topo, 0.5, None, site=site, user={"leaf": (0.1, 0.9)})
+    assert both["leaf"] == TierWeight(0.1, 0.9)
+    # A site's weights name the tiers of every partition: one this tree lacks is skipped
+    # (an NVLink domain, on a partition without blocks); a job's own is an error.
+    nvl, _ = small_nvl()
+    site_wide = {"nvlink domain": 2.0}
+    assert resolve(topo, 0.5, None, site=site_wide) == resolve(topo, 0.5)
+    assert resolve(nvl, 0.5, None, site=site_wide)["nvlink domain"] == TierWeight(1.0, 1.0)
+    with pytest.raises(ArnoldError, match="--tier-weight: no tier named 'nvlink domain'"):
+        resolve(topo, 0.5, None, user=site_wide)
+    with pytest.raises(ArnoldError, match=r"site file's \[tier_weights\].*--alpha"):
+        resolve(topo, 0.5, None, site={"minipod": 1.0})
     with pytest.raises(ArnoldError, match="--alpha"):
-        resolve(topo, 0.5, None, {"minipod": 1.0})
+        resolve(topo, 0.5, None, user={"minipod": 1.0})
     with pytest.raises(ArnoldError, match="'leaf', 'minipod', 'core'"):
-        resolve(topo, 0.5, None, {"rack": 1.0})
+        resolve(topo, 0.5, None, user={"rack": 1.0})
     with pytest.raises(ArnoldError, match=">= 0"):
-        resolve(topo, 0.5, None, {"leaf": -1.0})
+        resolve(topo, 0.5, None, user={"leaf": -1.0})
     assert parse_tier_weight("nvlink domain=0.2:0.8") == ("nvlink domain", (0.2, 0.8))
     assert parse_tier_weight("leaf=3") == ("leaf", 3.0)
     for bad in ("leaf", "leaf=x", "leaf=1:2:3", "=1", "leaf=inf", "leaf=-2"):
@@ -123,8 +134,8 @@ def test_weights_steer_the_tiers_below_the_minipod() -> None:
         topo, free = small_nvl(seed)
         m = tp // 4
         job = JobShape.from_nodes(int(len(free) * share) // (pp * m) * (pp * m), tp, pp, 4)
-        racks = place(topo, free, job, weights=resolve(topo, 0.5, None, {"leaf": 0.0}))
-        leaves = place(topo, free, job, weights=resolve(topo, 0.5, None, {"nvlink domain": 0}))
+        racks = place(topo, free, job, weights=resolve(topo, 0.5, None, user={"leaf": 0.0}))
+        leaves = place(topo, free, job, weights=resolve(topo, 0.5, None, user={"nvlink domain": 0}))
         assert racks.metrics == leaves.metrics  # the minipod tier is the MIP's either way
         even = {"leaf": TierWeight(0.5, 0.5), "nvlink domain": TierWeight(0.5, 0.5)}
         tiers = lower_tiers(topo)
@@ -162,9 +173,10 @@ def test_an_arrangement_nowhere_worse_than_slurms_is_preferred() -> None:
 def test_a_one_number_list_scales_as_the_number_does() -> None:
     """A job's spec keeps each --tier-weight as a list: [W] means W."""
     topo = parse_topology(TWO_TIERS, "two")
-    assert resolve(topo, 0.5, None, {"leaf": [3.0]}) == resolve(topo, 0.5, None, {"leaf": 3.0})
+    assert resolve(topo, 0.5, None, user={"leaf": [3.0]}) == resolve(topo, 0.5, None,
+                                                               user={"leaf": 3.0})
     with pytest.raises(ArnoldError):
-        resolve(topo, 0.5, None, {"leaf": [1.0, 2.0, 3.0]})
+        resolve(topo, 0.5, None, user={"leaf": [1.0, 2.0, 3.0]})
 
 
 def test_a_jobs_spec_keeps_its_tier_weights_and_refuses_bad_ones(tmp_path: Path) -> None:
@@ -216,5 +228,5 @@ def test_a_rebinding_weighs_as_the_submit_did(tmp_path: Path,
                     tier_weights={"rack": [1.0]})
     with caplog.at_level("WARNING"):
         weights = binder.weights(topo, stale)
-    assert weights == resolve(topo, 0.5, None, {"leaf": 3.0})
+    assert weights == resolve(topo, 0.5, None, site={"leaf": 3.0})
     assert "job 8: its --tier-weight no longer applies" in caplog.text

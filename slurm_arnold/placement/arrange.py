@@ -24,7 +24,6 @@ stages: ``r = 1`` fills racks along DP groups (Slurm's rank order), ``r = PP`` a
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -32,7 +31,7 @@ import numpy as np
 
 from slurm_arnold.blocks import tiers
 from slurm_arnold.placement.job import JobShape
-from slurm_arnold.placement.plan import Cell, place_at, worst_spreads
+from slurm_arnold.placement.plan import Cell, tier_places, worst_spreads
 from slurm_arnold.placement.pool import Pool
 from slurm_arnold.placement.weights import TierWeight, TierWeights, default_weights
 from slurm_arnold.topology import Topology
@@ -47,13 +46,12 @@ DESCENT_PASSES = 3
 def lower_tiers(topology: Topology) -> list[tuple[str, Callable[[str], str]]]:
     """The tiers below the minipod, nearest the minipod first: (name as ``blocks.tiers``
     names it, node -> place); the NVLink domain last where it is not the leaf itself."""
-    names = tiers(topology)
-    out: list[tuple[str, Callable[[str], str]]] = [
-        (names[k], functools.partial(place_at, topology, k=k))
-        for k in range(topology.minipod_level - 1, -1, -1)]
-    if topology.domains and names[0] != "nvlink domain":
-        out.append(("nvlink domain", lambda n: topology.domains.get(n, n)))
-    return out
+    path_names = tiers(topology)
+    below = set(path_names[:topology.minipod_level])
+    places = tier_places(topology)
+    # Domains that are not the leaves themselves are not on the path: they come last.
+    return [*reversed([(n, where) for n, where in places if n in below]),
+            *[(n, where) for n, where in places if n not in path_names]]
 
 
 def tile_heights(pp: int) -> list[int]:

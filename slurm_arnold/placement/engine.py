@@ -270,7 +270,7 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
     if not best_cells:
         raise InfeasibleError(f"no placement keeps DP spread <= {cap_dp} and PP spread <= "
                               f"{cap_pp}")
-    # Inside each minipod, the tiers below it (the minipod spreads stay as they are).
+    # The tiers above and below the minipod (the minipod spreads stay as they are).
     if lower_tiers:
         # Imported here: it needs numpy, which arnold-sbatch's start-up must not pay for.
         from slurm_arnold.placement.arrange import arrange
@@ -279,7 +279,7 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
 
         weights = weights or default_weights(topology, alpha)
         # Which minipods, for the tiers above them; then inside them, for the tiers below.
-        best_cells = regroup(best_cells, pool, job, weights)
+        best_cells = regroup(best_cells, pool, weights)
 
         references = [starts[n] for n in valid]
         if topology.domains:

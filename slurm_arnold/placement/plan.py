@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurm_arnold.blocks import tiers
+from slurm_arnold.blocks import spread_tiers, tiers
 from slurm_arnold.placement.job import JobShape
 from slurm_arnold.topology import Topology
 
@@ -104,16 +104,22 @@ def spreads_per_tier(cells: Mapping[Cell, Sequence[str]],
     first where the topology has domains, then each position of ``Topology.path_of``): how
     many distinct domains, leaves, ..., switches each group touches, at worst. The minipod
     tier's pair is the objective's (``measure``)."""
-    names = tiers(topology)
-    getters: list[tuple[str, Callable[[str], str]]] = []
-    if topology.domains and names[0] != "nvlink domain":
-        getters.append(("nvlink domain", lambda n: topology.domains.get(n, n)))
-    for k, name in enumerate(names):
-        getters.append((name, functools.partial(place_at, topology, k=k)))
     out = []
-    for name, where in getters:
+    for name, where in tier_places(topology):
         dp_spread, pp_spread, _ = worst_spreads(cells, where)
         out.append({"tier": name, "max_dp_spread": dp_spread, "max_pp_spread": pp_spread})
+    return out
+
+
+def tier_places(topology: Topology) -> list[tuple[str, Callable[[str], str]]]:
+    """Every tier of ``blocks.spread_tiers``, nearest first, with node -> its place there."""
+    path_names = tiers(topology)
+    out: list[tuple[str, Callable[[str], str]]] = []
+    for name in spread_tiers(topology):
+        if name in path_names:
+            out.append((name, functools.partial(place_at, topology, k=path_names.index(name))))
+        else:  # NVLink domains that are not the leaves
+            out.append((name, lambda n: topology.domains.get(n, n)))
     return out
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from slurm_arnold.blocks import tiers
-from slurm_arnold.placement.job import JobShape
 from slurm_arnold.placement.plan import Cell
 from slurm_arnold.placement.pool import Pool
 from slurm_arnold.placement.weights import TierWeights
@@ -31,30 +30,33 @@ def upper_tiers(topology: Topology) -> list[tuple[str, int]]:
     """The tiers above the minipod that more than one switch forms: (name as
     ``blocks.tiers`` names it, position in ``Topology.path_of``), nearest first."""
     names = tiers(topology)
-    paths = [topology.path_of(n) for n in _one_node_per_minipod(topology)]
+    paths = minipod_paths(topology).values()
     return [(names[k], k) for k in range(topology.minipod_level + 1, len(names))
-            if len({path[min(k, len(path) - 1)] for path in paths}) > 1]
+            if len({_at(path, k) for path in paths}) > 1]
 
 
-def _one_node_per_minipod(topology: Topology) -> list[str]:
+def minipod_paths(topology: Topology) -> dict[str, list[str]]:
+    """Each minipod's path of switches (one of its nodes'), in tree order."""
     first: dict[str, str] = {}
     for node in topology.nodes:
         first.setdefault(topology.minipod_of(node), node)
-    return list(first.values())
+    return {pod: topology.path_of(node) for pod, node in first.items()}
 
 
-def upper_score(pods: Mapping[Cell, str], topology: Topology, weights: TierWeights,
-                upper: Sequence[tuple[str, int]]) -> float:
-    """The weighted spread summed over the ``upper`` tiers of cells placed in ``pods``."""
-    above = {pod: topology.path_of(node) for pod, node in
-             ((topology.minipod_of(n), n) for n in _one_node_per_minipod(topology))}
+def _at(path: Sequence[str], k: int) -> str:
+    return path[min(k, len(path) - 1)]
+
+
+def upper_score(pods: Mapping[Cell, str], paths: Mapping[str, Sequence[str]],
+                weights: TierWeights, upper: Sequence[tuple[str, int]]) -> float:
+    """The weighted spread summed over the ``upper`` tiers of cells placed in ``pods``
+    (``paths``: ``minipod_paths``)."""
     total = 0.0
     for name, k in upper:
         rows: dict[int, set[str]] = {}
         cols: dict[int, set[str]] = {}
         for (pp, col), pod in pods.items():
-            path = above[pod]
-            group = path[min(k, len(path) - 1)]
+            group = _at(paths[pod], k)
             rows.setdefault(pp, set()).add(group)
             cols.setdefault(col, set()).add(group)
         total += weights[name].of(max(map(len, rows.values()), default=0),
@@ -62,7 +64,7 @@ def upper_score(pods: Mapping[Cell, str], topology: Topology, weights: TierWeigh
     return round(total, 6)
 
 
-def regroup(cells: dict[Cell, list[str]], pool: Pool, job: JobShape,
+def regroup(cells: dict[Cell, list[str]], pool: Pool,
             weights: TierWeights) -> dict[Cell, list[str]]:
     """``cells`` moved, minipod by minipod, to minipods that share fewer upper groups (module
     docstring); the same cells per minipod, so the minipod spreads are unchanged."""
@@ -70,9 +72,9 @@ def regroup(cells: dict[Cell, list[str]], pool: Pool, job: JobShape,
     upper = upper_tiers(topology)
     if not upper or not cells:
         return cells
-    k = upper[0][1]
+    paths = minipod_paths(topology)
     caps = pool.capacities()
-    group_of = {pod: _group(topology, pod, k) for pod in caps}
+    group_of = {pod: _at(paths[pod], upper[0][1]) for pod in caps}
     pod_of = {cell: topology.minipod_of(nodes[0]) for cell, nodes in cells.items()}
     used: dict[str, int] = {}
     for pod in pod_of.values():
@@ -81,8 +83,8 @@ def regroup(cells: dict[Cell, list[str]], pool: Pool, job: JobShape,
     if mapping is None or all(a == b for a, b in mapping.items()):
         return cells
     moved = {cell: mapping[pod] for cell, pod in pod_of.items()}
-    if upper_score(moved, topology, weights, upper) >= \
-            upper_score(pod_of, topology, weights, upper) - 1e-9:
+    if upper_score(moved, paths, weights, upper) >= \
+            upper_score(pod_of, paths, weights, upper) - 1e-9:
         return cells
     out: dict[Cell, list[str]] = {}
     units = {pod: pool.units_in(pod) for pod in set(mapping.values())}
@@ -92,12 +94,6 @@ def regroup(cells: dict[Cell, list[str]], pool: Pool, job: JobShape,
         out[cell] = list(units[target][taken[target]])
         taken[target] += 1
     return out
-
-
-def _group(topology: Topology, pod: str, k: int) -> str:
-    node = topology.nodes_under(pod)[0]
-    path = topology.path_of(node)
-    return path[min(k, len(path) - 1)]
 
 
 def _pack(used: Mapping[str, int], caps: Mapping[str, int],

@@ -25,11 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from site_config.settings import LinkTier, NetworkTiers
-from slurm_arnold.blocks import tiers
+from slurm_arnold.blocks import spread_tiers, tiers
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.topology import Topology
-
-DOMAIN = "nvlink domain"
 
 
 @dataclass(frozen=True)
@@ -47,12 +45,6 @@ class TierWeight:
 TierWeights = Mapping[str, TierWeight]
 
 
-def tier_names(topology: Topology) -> list[str]:
-    """The tiers spreads are counted at, nearest first (``plan.spreads_per_tier``'s order)."""
-    names = tiers(topology)
-    return [DOMAIN, *names] if topology.domains and names[0] != DOMAIN else names
-
-
 def optimised_tier(topology: Topology) -> str:
     """The tier the MIP optimises (the minipod; the leaf where minipods are leaves)."""
     names = tiers(topology)
@@ -66,7 +58,7 @@ def _seconds_per_byte(link: LinkTier) -> float:
 def _link_above(name: str, position: int, minipod_at: int, network: NetworkTiers) -> LinkTier:
     """The links a group leaving one place of the tier ``name`` (at ``position`` among
     ``blocks.tiers``; the minipod at ``minipod_at``) talks over."""
-    if name == DOMAIN and position < 0:
+    if position < 0:  # an NVLink domain that is not the leaf itself: inside the leaf
         return network.leaf
     return network.minipod if position < minipod_at else network.core
 
@@ -80,12 +72,17 @@ def default_weights(topology: Topology, alpha: float,
     minipod_at = names.index(optimised)
     reference = _seconds_per_byte(network.core)
     out: dict[str, TierWeight] = {}
-    for name in tier_names(topology):
+    for name in spread_tiers(topology):
         position = names.index(name) if name in names else -1
         w = 1.0 if name == optimised else \
             _seconds_per_byte(_link_above(name, position, minipod_at, network)) / reference
         out[name] = TierWeight(round(alpha * w, 6), round((1 - alpha) * w, 6))
     return out
+
+
+def _checked(numbers: Sequence[float]) -> bool:
+    """One weight, or alpha and beta, each a finite number >= 0."""
+    return len(numbers) in (1, 2) and all(0 <= float(v) < float("inf") for v in numbers)
 
 
 def parse_tier_weight(text: str) -> tuple[str, float | tuple[float, float]]:
@@ -100,7 +97,7 @@ def parse_tier_weight(text: str) -> tuple[str, float | tuple[float, float]]:
     except ValueError:
         raise ArnoldError(f"--tier-weight {text!r}: {value!r} is not a number (or two "
                           "numbers joined by ':')") from None
-    if len(parts) > 2 or any(not 0 <= p < float("inf") for p in parts):
+    if not _checked(parts):
         raise ArnoldError(f"--tier-weight {text!r}: give one weight or ALPHA:BETA, each a "
                           "finite number >= 0")
     return name, (parts[0] if len(parts) == 1 else (parts[0], parts[1]))
@@ -114,27 +111,33 @@ def parse_tier_weights(texts: Iterable[str]) -> dict[str, float | tuple[float, f
                 if part.strip())
 
 
-def resolve(topology: Topology, alpha: float, network: NetworkTiers | None = None,
-            *layers: Mapping[str, float | Sequence[float]]) -> dict[str, TierWeight]:
-    """The defaults with each of ``layers`` (``{name: W, [W] or [A, B]}``: the site file's
-    ``tier_weights``, then ``--tier-weight``'s, parsed) applied in turn. Raises
-    ``ArnoldError`` for a tier the topology does not have, or for the tier the MIP optimises
-    (``--alpha`` sets it)."""
+def resolve(topology: Topology, alpha: float, network: NetworkTiers | None = None, *,
+            site: Mapping[str, float | Sequence[float]] | None = None,
+            user: Mapping[str, float | Sequence[float]] | None = None) -> dict[str, TierWeight]:
+    """The defaults, then the site file's ``tier_weights`` (``site``), then the job's
+    ``--tier-weight`` (``user``, parsed), each ``{name: W, [W] or [A, B]}``.
+
+    A site's weights name the tiers of all its partitions, so those of a tier this topology
+    lacks (an NVLink domain on a partition without blocks) are skipped; a user's are for this
+    job, so such a tier is an error. Raises ``ArnoldError`` for that, for a value that is not
+    one or two finite numbers >= 0, and for the tier the MIP optimises (``--alpha`` sets it)."""
     weights = default_weights(topology, alpha, network)
     optimised = optimised_tier(topology)
-    for layer in layers:
+    for where, layer in (("the site file's [tier_weights]", site or {}),
+                         ("--tier-weight", user or {})):
         for name, value in layer.items():
             if name == optimised:
                 raise ArnoldError(
-                    f"the {optimised} tier's weights are --alpha and 1 - alpha (the tier the "
-                    "MIP optimises); set the other tiers with --tier-weight")
+                    f"{where}: the {optimised} tier's weights are --alpha and 1 - alpha (the "
+                    "tier the MIP optimises); weigh the other tiers")
             if name not in weights:
-                raise ArnoldError(f"no tier named {name!r} in this topology; its tiers are "
-                                  f"{', '.join(repr(n) for n in weights)}")
+                if layer is site:
+                    continue
+                raise ArnoldError(f"{where}: no tier named {name!r} in this topology; its "
+                                  f"tiers are {', '.join(repr(n) for n in weights)}")
             numbers = [value] if isinstance(value, (int, float)) else list(value)
-            if len(numbers) not in (1, 2) or any(not 0 <= float(v) < float("inf")
-                                                 for v in numbers):
-                raise ArnoldError(f"tier weight {name}={value!r}: give one weight or "
+            if not _checked(numbers):
+                raise ArnoldError(f"{where}: {name} = {value!r}: give one weight or "
                                   "[alpha, beta], each a finite number >= 0")
             if len(numbers) == 1:
                 w = float(numbers[0])

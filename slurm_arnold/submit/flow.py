@@ -324,8 +324,8 @@ def plan(request: Request, view: ClusterView, free: set[str], slurm: Slurm,
     if algo not in ALGOS:
         raise ArnoldError(f"--placement {algo}: use one of {', '.join(ALGOS)}")
     # Checked here, so a queued job's spec never keeps weights its binding would refuse.
-    weights = resolve_weights(view.topology, alpha, network, site_weights or {},
-                              user_tier_weights(request))
+    weights = resolve_weights(view.topology, alpha, network, site=site_weights,
+                              user=user_tier_weights(request))
     if len(free) < job.nodes:
         raise NotFreeNow(job, alpha, algo,
                          f"{job.nodes} nodes needed, {len(free)} free now"
