@@ -136,14 +136,21 @@ def test_plain_job_is_handed_to_sbatch_unchanged(slurm: Slurm, tmp_path: Path) -
     assert piped.returncode == 0 and re.fullmatch(r"\d+\n", piped.stdout)
 
 
+def _newest_job_id(slurm: Slurm) -> int:
+    """The highest job id slurmctld still lists; ids only grow, so no id above an earlier
+    answer means no job was submitted. Counting jobs would not do: finished jobs leave its
+    memory after MinJobAge, so the count can fall while a job is submitted."""
+    return max((job.job_id for job in slurm.jobs()), default=0)
+
+
 def test_a_job_that_can_never_run_is_refused_in_one_line(slurm: Slurm) -> None:
-    before = len(slurm.jobs())
+    newest = _newest_job_id(slurm)
     proc = arnold_sbatch("--tp", "8", "--pp", "4", "-N", "96", "--wrap", "true")
     assert proc.returncode == 1
     assert proc.stdout == ""
     assert proc.stderr == ("arnold-sbatch: error: 96 nodes needed but partition gpu has only "
                            "64 in service; ask for at most 64\n")
-    assert len(slurm.jobs()) == before
+    assert _newest_job_id(slurm) <= newest
 
 
 def test_concurrent_submissions_never_share_nodes(slurm: Slurm, tmp_path: Path) -> None:
@@ -316,13 +323,13 @@ def test_tier_weights_reach_the_placement_and_the_jobs_spec(slurm: Slurm,
     from slurm_arnold.site_state import caller
     from slurm_arnold.submit.spec import read_spec
 
-    before = len(slurm.jobs())
+    newest = _newest_job_id(slurm)
     bad = arnold_sbatch("--tp", "8", "--pp", "2", "-N", "4", "--tier-weight", "rack=1",
                         "--wrap", "true")
     assert bad.returncode == 1 and bad.stdout == ""
     assert bad.stderr.startswith("arnold-sbatch: error: --tier-weight: no tier named 'rack'")
     assert bad.stderr.count("\n") == 1 and "'leaf'" in bad.stderr
-    assert len(slurm.jobs()) == before
+    assert _newest_job_id(slurm) <= newest
     proc = arnold_sbatch("--parsable", "--tp", "8", "--pp", "2", "-N", "4",
                          "--tier-weight", "leaf=2", "-t", "5", "--exclusive",
                          "--gpus-per-node=8", "-o", str(tmp_path / "out-%j.txt"),
