@@ -71,3 +71,34 @@ def test_arranging_keeps_minipods_groups_and_free_nodes_on_fragmented_racks() ->
         assert after <= before
         improved += after < before
     assert improved >= 2, "arranging should tighten racks and leaves on fragmented clusters"
+
+
+# Two minipods, each of one leaf of four nodes and two leaves of two.
+TWO_UNEVEN_PODS = (
+    "SwitchName=a0 Nodes=n[01-04]\nSwitchName=a1 Nodes=n[05-06]\nSwitchName=a2 Nodes=n[07-08]\n"
+    "SwitchName=b0 Nodes=n[09-12]\nSwitchName=b1 Nodes=n[13-14]\nSwitchName=b2 Nodes=n[15-16]\n"
+    "SwitchName=pa Switches=a[0-2]\nSwitchName=pb Switches=b[0-2]\n"
+    "SwitchName=core Switches=pa,pb\n")
+
+
+def test_stages_sharing_minipods_take_turns_at_the_fullest_leaf() -> None:
+    """Two stages share both minipods, four units each in each. Whichever stage goes first
+    fills a minipod's four-node leaf and the other needs both small leaves; going first in
+    every minipod gives one stage 2 leaves and the other 4, taking turns gives both 3."""
+    from slurm_arnold.placement.arrange import arrange
+    from slurm_arnold.placement.pool import Pool
+
+    topo = parse_topology(TWO_UNEVEN_PODS, "two-uneven-pods")
+    job = JobShape(tp=8, pp=2, dp=8, gpus_per_node=8)
+    cells = {}
+    for col in range(8):
+        pod = topo.nodes[:8] if col < 4 else topo.nodes[8:]
+        cells[(0, col)] = [pod[2 * (col % 4)]]
+        cells[(1, col)] = [pod[2 * (col % 4) + 1]]
+    tiers = lower_tiers(topo)
+    assert lower_tier_score(cells, EVEN, tiers) == (3.5,)
+    out = arrange(cells, Pool.build(topo, topo.nodes, job), job, 0.5, EVEN)
+    # DP 3 and PP 2 at the leaves is the best there is: keeping every pipeline in one leaf
+    # puts each stage in all three leaves of both minipods (0.5 x 6 + 0.5 x 1).
+    assert lower_tier_score(out, EVEN, tiers) == (2.5,)
+    assert {topo.minipod_of(out[c][0]) for c in out if c[1] < 4} == {"pa"}

@@ -20,6 +20,8 @@ first, inside it the fullest domain first (or, the other variant, partly used do
 whole ones, which keeps whole domains for other jobs). Cells: tiles of ``r`` stages, in each
 tile pipeline after pipeline, so a rack of ``u`` units holds about ``u / r`` pipelines of ``r``
 stages: ``r = 1`` fills racks along DP groups (Slurm's rank order), ``r = PP`` along pipelines.
+Tiles run from the first stage down or from the last up: stages that share minipods then take
+turns at the fullest leaves instead of one stage getting every minipod's leftovers.
 """
 
 from __future__ import annotations
@@ -224,6 +226,9 @@ def arrange(cells: dict[Cell, list[str]], pool: Pool, job: JobShape, alpha: floa
         rows_of = np.array([c[0] for c in want], dtype=np.int64)
         cols_of = np.array([c[1] for c in want], dtype=np.int64)
         own = [cells[c] for c in want]
+        # The same tiles from the last stage down: where stages share a minipod the first
+        # takes its fullest leaves, so which one goes first is the minipod's own choice.
+        flipped = rows_of.max() - rows_of
         mine = [_variant(own, np.arange(len(want)), rows_of, cols_of, ids.of(own), job,
                          ids.whole_touched(own))]
         for units in (_unit_order(pool, pod, True), _unit_order(pool, pod, False),
@@ -232,8 +237,9 @@ def arrange(cells: dict[Cell, list[str]], pool: Pool, job: JobShape, alpha: floa
             places, touched = ids.of(units), ids.whole_touched(units)
             for r in tile_heights(job.pp):
                 for snake in (False, True):
-                    mine.append(_variant(units, _tile_order(rows_of, cols_of, r, snake),
-                                         rows_of, cols_of, places, job, touched))
+                    for stages in (rows_of, flipped):
+                        mine.append(_variant(units, _tile_order(stages, cols_of, r, snake),
+                                             rows_of, cols_of, places, job, touched))
         variants[pod] = mine
 
     def score(rows: np.ndarray, cols: np.ndarray, touched: int) -> tuple[object, ...]:
