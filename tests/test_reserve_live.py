@@ -87,7 +87,10 @@ def sbatch(*args: str) -> int:
 
 
 def fill(nodes_busy: int, *, limit_min: int, seconds: int) -> list[int]:
-    """Blocker jobs of 8 whole nodes each, on the first ``nodes_busy`` nodes, running."""
+    """Blocker jobs of 8 whole nodes each, on the first ``nodes_busy`` nodes, running.
+
+    Where a test needs them gone it cancels them: a blocker that ends by itself after a few
+    seconds ends early or late with the machine's load, and the test's steps with it."""
     jobs = [sbatch("-N8", "--exclusive", "--gres=gpu:8", f"--time={limit_min}",
                    f"--nodelist=n[{8 * i + 1:03d}-{8 * i + 8:03d}]", "--wrap", f"sleep {seconds}")
             for i in range(nodes_busy // 8)]
@@ -141,7 +144,7 @@ def sacct_times(job_id: int, timeout: float = 60.0) -> tuple[str, int, int]:
 
 def test_an_lpj_that_cannot_start_is_reserved_on_its_planned_nodes_and_runs_there(
         slurm: Slurm, env: dict[str, str], tmp_path: Path) -> None:
-    fill(48, limit_min=2, seconds=6)
+    blockers = fill(48, limit_min=2, seconds=100)
     out = tmp_path / "lpj-%j.out"
     proc = subprocess.run(
         [str(BIN / "arnold-sbatch"), "--parsable", "-N24", "--gpus-per-node=8", "--exclusive",
@@ -162,6 +165,8 @@ def test_an_lpj_that_cannot_start_is_reserved_on_its_planned_nodes_and_runs_ther
     assert job.state == "PENDING"
     listed = json.loads(arnold(env, "reserve", "list", "--json").stdout)
     assert [r["lpj_job_id"] for r in listed] == [lpj] and set(listed[0]["nodes"]) == planned
+    for b in blockers:
+        slurm.cancel(b)
     assert wait_for_job(slurm, lpj, timeout=90) == "COMPLETED"
     nodes, _, _ = sacct_times(lpj)
     assert set(hostlist_of(nodes)) == planned
@@ -172,7 +177,7 @@ def test_an_lpj_that_cannot_start_is_reserved_on_its_planned_nodes_and_runs_ther
 
 def test_admission_by_prediction_cancel_and_idempotent_sync(slurm: Slurm,
                                                            env: dict[str, str]) -> None:
-    blockers = fill(48, limit_min=4, seconds=25)
+    blockers = fill(48, limit_min=4, seconds=200)
     # On n[041-064]: 8 nodes busy, 16 idle that the reservation keeps for it.
     lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=3", "-w", "n[041-064]",
                  "--wrap", "sleep 1")
@@ -227,9 +232,9 @@ def hostlist_of(text: str) -> list[str]:
 
 
 def test_the_lpj_starts_after_an_admitted_job_ends(slurm: Slurm, env: dict[str, str]) -> None:
-    # The fill must outlast two syncs and two submissions, or the short job simply starts
-    # on the freed nodes and needs no admission.
-    fill(48, limit_min=2, seconds=15)
+    # The fill outlasts the syncs and submissions (or the short job simply starts on the
+    # freed nodes and needs no admission) until the test cancels it.
+    blockers = fill(48, limit_min=2, seconds=100)
     lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=2", "-w", "n[041-064]",
                  "--wrap", "sleep 1")
     wait_state(slurm, lpj, {"PENDING"})
@@ -240,6 +245,8 @@ def test_the_lpj_starts_after_an_admitted_job_ends(slurm: Slurm, env: dict[str, 
         arnold(env, "reserve", "sync", "--json").stdout))
     wait_state(slurm, short, {"RUNNING"})
     arnold(env, "reserve", "sync")  # releases the LPJ: it waits for the admitted job (share)
+    for b in blockers:
+        slurm.cancel(b)
     assert wait_for_job(slurm, lpj, timeout=90) == "COMPLETED"
     _, _, short_end = sacct_times(short)
     _, lpj_start, _ = sacct_times(lpj)
@@ -251,7 +258,7 @@ def test_a_sync_killed_halfway_is_repaired_by_the_next(slurm: Slurm,
     """The states a ``sync`` killed between its steps leaves, made directly with scontrol: a
     reservation in Slurm that the database never recorded and the LPJ not bound to it; an
     LPJ we held for an admission that was never bound."""
-    fill(48, limit_min=3, seconds=30)
+    fill(48, limit_min=3, seconds=150)
     lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=2", "--wrap", "sleep 1")
     wait_state(slurm, lpj, {"PENDING"})
     plan = json.loads(arnold(env, "reserve", "plan", str(lpj), "--json").stdout)
@@ -276,7 +283,7 @@ def test_a_sync_killed_halfway_is_repaired_by_the_next(slurm: Slurm,
 
 def test_admin_actions_refuse_other_users_and_plan_is_for_the_owner(
         slurm: Slurm, env: dict[str, str], tmp_path: Path) -> None:
-    fill(48, limit_min=2, seconds=20)
+    fill(48, limit_min=2, seconds=100)
     lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=2", "--wrap", "sleep 1")
     wait_state(slurm, lpj, {"PENDING"})
     theirs = Path(tempfile.mkdtemp(prefix="arnold-nobody-"))
