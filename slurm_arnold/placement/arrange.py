@@ -229,6 +229,7 @@ def arrange(cells: dict[Cell, list[str]], pool: Pool, job: JobShape, alpha: floa
         # The same tiles from the last stage down: where stages share a minipod the first
         # takes its fullest leaves, so which one goes first is the minipod's own choice.
         flipped = rows_of.max() - rows_of
+        stage_count = len(np.unique(rows_of))
         mine = [_variant(own, np.arange(len(want)), rows_of, cols_of, ids.of(own), job,
                          ids.whole_touched(own))]
         for units in (_unit_order(pool, pod, True), _unit_order(pool, pod, False),
@@ -237,9 +238,14 @@ def arrange(cells: dict[Cell, list[str]], pool: Pool, job: JobShape, alpha: floa
             places, touched = ids.of(units), ids.whole_touched(units)
             for r in tile_heights(job.pp):
                 for snake in (False, True):
-                    for stages in (rows_of, flipped):
-                        mine.append(_variant(units, _tile_order(stages, cols_of, r, snake),
-                                             rows_of, cols_of, places, job, touched))
+                    mine.append(_variant(units, _tile_order(rows_of, cols_of, r, snake),
+                                         rows_of, cols_of, places, job, touched))
+                    # Only tiles shorter than the minipod's run of stages take turns (a taller
+                    # one interleaves them already); elsewhere the same variant stands in, so
+                    # that an index still means one rule in every minipod.
+                    mine.append(_variant(units, _tile_order(flipped, cols_of, r, snake),
+                                         rows_of, cols_of, places, job, touched)
+                                if r < stage_count else mine[-1])
         variants[pod] = mine
 
     def score(rows: np.ndarray, cols: np.ndarray, touched: int) -> tuple[object, ...]:
