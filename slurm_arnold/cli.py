@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,11 @@ LAZY_GROUPS = {
     "reserve": "slurm_arnold.reserve_cli",
     "site": "slurm_arnold.site_cli",
 }
+
+
+#: When the command started: `arnold place --time-limit` counts from here (what its user
+#: waits for includes reading the topology and the free nodes).
+STARTED = time.monotonic()
 
 
 class ArnoldGroup(click.Group):
@@ -278,8 +284,9 @@ def topology_show(topology_file: str | None, gpus_per_node: int, partition: str 
                    "(default: the site's tier_weights, else from its network's links).")
 @click.option("--time-limit", type=Finite(min=0.1), default=DEFAULT_TIME_LIMIT,
               show_default=True,
-              help="Wall-clock safety net in seconds (node limits decide when the MIP stops, "
-                   "so the answer does not depend on the machine's load unless this binds).")
+              help="Wall-clock safety net in seconds, counted from the command's start (node "
+                   "limits decide when the MIP stops, so the answer does not depend on the "
+                   "machine's load unless this binds).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed (random-fit).")
 @click.option("--partition", help="Partition whose nodes are free (live; default: Slurm's).")
 @click.option("--explain", "explain_to", is_flag=False, flag_value="", default=None,
@@ -347,8 +354,9 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
         chosen = slurm_choice(Slurm(), view, job.nodes, segment=job.nodes_per_unit)
         result = place_from_node_list("slurm", chosen, view.topology, job, alpha)
     else:
+        left = max(0.1, time_limit - (time.monotonic() - STARTED))
         result = place(view.topology, view.free, job, algo=algo, alpha=alpha,
-                       time_limit=time_limit, seed=seed, weights=weights)
+                       time_limit=left, seed=seed, weights=weights)
     theirs = None
     explain = explain_to is not None
     if explain_to:
