@@ -20,8 +20,9 @@ first, inside it the fullest domain first (or, the other variant, partly used do
 whole ones, which keeps whole domains for other jobs). Cells: tiles of ``r`` stages, in each
 tile pipeline after pipeline, so a rack of ``u`` units holds about ``u / r`` pipelines of ``r``
 stages: ``r = 1`` fills racks along DP groups (Slurm's rank order), ``r = PP`` along pipelines.
-Tiles run from the first stage down or from the last up: stages that share minipods then take
-turns at the fullest leaves instead of one stage getting every minipod's leftovers.
+Tiles run from the first stage down, and those shorter than a minipod's run of stages also from
+the last up: stages that share minipods then take turns at the fullest leaves instead of one
+stage getting every minipod's leftovers.
 """
 
 from __future__ import annotations
