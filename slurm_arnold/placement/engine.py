@@ -124,8 +124,8 @@ def _lower_bounds(caps: list[int], job: JobShape) -> tuple[int, int]:
 
 #: Wall-clock safety net (s) of arnold place, arnold-sbatch and the binding loop. The work
 #: limits below decide when the MIP stops; this binds only where they take longer: on
-#: `arnold bench placement` the slowest 12,500-node case comes close to it (wall p95 and
-#: max per scale in docs/benchmarks.md), smaller clusters stay far below.
+#: `arnold bench placement` two of the 27 12,500-node cases reach it (their `stopped` column;
+#: wall p95 and max per scale in docs/benchmarks.md), smaller clusters stay far below.
 DEFAULT_TIME_LIMIT = 10.0
 #: Share of the time limit kept for what follows the search (choosing and arranging the
 #: minipods, about a second on the 12,500-node bench cases), so that the limit bounds the
