@@ -29,13 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import hostlist
-
 from slurm_arnold.cluster import live_cluster
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.placement import JobShape
 from slurm_arnold.placement.engine import place_from_node_list
-from slurm_arnold.slurm import Slurm
+from slurm_arnold.slurm import AccountingRecord, Slurm
 
 ALPHA = 0.5
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
@@ -86,24 +84,11 @@ def _wait_empty(slurm: Slurm, timeout: float) -> None:
         time.sleep(0.5)
 
 
-def _accounting(job_ids: list[int], timeout: float = 120.0) -> dict[int, dict[str, str]]:
-    """sacct's NodeList, Submit and Start of each job, once slurmdbd has them whole."""
-    deadline = time.monotonic() + timeout
-    while True:
-        out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", ",".join(map(str, job_ids)),
-                              "-o", "JobID,NodeList,Submit,Start,State"],
-                             capture_output=True, text=True).stdout
-        rows = {int(f[0]): {"nodes": f[1], "submit": f[2], "start": f[3], "state": f[4]}
-                for f in (line.split("|") for line in out.splitlines()) if f[0].isdigit()}
-        if all(i in rows and rows[i]["start"] not in ("Unknown", "None") for i in job_ids):
-            return rows
-        if time.monotonic() > deadline:
-            raise ArnoldError(f"slurmdbd has no start for some of {job_ids}")
-        time.sleep(1)
-
-
-def _stamp(text: str) -> float:
-    return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+def _wait_s(record: AccountingRecord) -> float:
+    """sacct's Start - Submit of a job that ran."""
+    if record.start is None or record.submit is None:
+        raise ArnoldError(f"sacct has no start or submit time for job {record.job_id}")
+    return float(record.start - record.submit)
 
 
 def _replay(slurm: Slurm, jobs: list[QueuedJob], submit: Callable[[QueuedJob], list[str]],
@@ -229,8 +214,10 @@ def _compare(jobs: list[QueuedJob], plain_ids: list[int | None], ours_ids: list[
     from site_config import load_config
     from slurm_arnold.site_state import open_site_db, open_user_db
 
-    plain_acct = _accounting([i for i in plain_ids if i is not None])
-    ours_acct = _accounting([i for i in ours_ids if i is not None])
+    # Whole records only: slurmdbd briefly lists a just-ended job on its first node alone.
+    slurm = Slurm()
+    plain_acct = slurm.finished_accounting([i for i in plain_ids if i is not None], 120)
+    ours_acct = slurm.finished_accounting([i for i in ours_ids if i is not None], 120)
     config = load_config()
     records = {r["slurm_job_id"]: r for r in open_user_db(config).jobs(limit=1000)}
     moves: dict[int, float] = {}
@@ -244,19 +231,19 @@ def _compare(jobs: list[QueuedJob], plain_ids: list[int | None], ours_ids: list[
     for job, p_id, o_id in zip(jobs, plain_ids, ours_ids, strict=True):
         shape = JobShape.from_nodes(job.nodes, 8, job.pp, 8)
         row: dict[str, Any] = {"nodes": job.nodes, "pp": job.pp}
-        if p_id is not None and plain_acct[p_id]["state"] == "COMPLETED":
-            nodes = sorted(hostlist.expand_hostlist(plain_acct[p_id]["nodes"]))
+        if p_id is not None and plain_acct[p_id].state == "COMPLETED":
+            nodes = sorted(plain_acct[p_id].nodes)
             spread = place_from_node_list("slurm", nodes, topology, shape,
                                           ALPHA).metrics.weighted_spread
-            wait = _stamp(plain_acct[p_id]["start"]) - _stamp(plain_acct[p_id]["submit"])
+            wait = _wait_s(plain_acct[p_id])
             plain_spreads.append(spread)
             plain_waits.append(wait)
             row |= {"slurm_spread": spread, "slurm_wait_s": wait}
-        if o_id is not None and ours_acct[o_id]["state"] == "COMPLETED":
+        if o_id is not None and ours_acct[o_id].state == "COMPLETED":
             record = records.get(o_id)
             spread = moves.get(o_id, json.loads(record["placement"])["metrics"][
                 "weighted_spread"] if record else float("nan"))
-            wait = _stamp(ours_acct[o_id]["start"]) - _stamp(ours_acct[o_id]["submit"])
+            wait = _wait_s(ours_acct[o_id])
             ours_spreads.append(spread)
             ours_waits.append(wait)
             row |= {"arnold_spread": spread, "arnold_wait_s": wait,

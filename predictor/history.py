@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from predictor.swf import FIELDS, BadLine, JobRecord
-from slurm_arnold.slurm import Slurm
+from slurm_arnold.slurm import UNFINISHED, Slurm
 from slurm_arnold.state import StateDB
 
 
@@ -63,11 +63,11 @@ def sacct_records(slurm: Slurm, since: str | None) -> list[JobRecord]:
     """Finished jobs from the live cluster's accounting."""
     out = []
     for r in slurm.accounting(since=since):
-        if r.end is None or r.state in ("PENDING", "RUNNING", "REQUEUED", "SUSPENDED"):
+        if r.end is None or r.state in UNFINISHED:
             continue
-        if r.start is not None and r.node_count == 0:
-            # 22.05's slurmdbd shows a just-finished job as a bare allocation on no nodes for a
-            # moment; importing it would freeze that (imports are idempotent). Next run takes it.
+        if not r.settled or (r.start is not None and r.node_count == 0):
+            # A record slurmdbd has not filled in yet; importing it would freeze it (imports
+            # are idempotent). The next run takes it.
             continue
         out.append(JobRecord(
             job_id=str(r.job_id), user=r.user, group=r.group, partition=r.partition,

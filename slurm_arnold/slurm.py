@@ -22,6 +22,7 @@ import os
 import re
 import shlex
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -141,6 +142,15 @@ class AccountingRecord:
     end: int | None
     time_limit_min: int | None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def settled(self) -> bool:
+        """Whether slurmdbd's record lists every node the job ran on (or none, if it never ran).
+
+        22.05's slurmdbd shows a job that just started or just ended, for a second or two, with
+        its first node only: ``sacct`` text gives ``n001`` with ``NNodes`` 24, ``--json`` gives
+        ``n001`` with ``allocation_nodes`` 0. A one-node job is whole either way."""
+        return not self.nodes or (self.node_count > 0 and len(self.nodes) == self.node_count)
 
 
 def parse_gpu_count(gres: str | None) -> int:
@@ -303,6 +313,7 @@ _SQUEUE_FORMAT = ",".join(f"{name}:|" for name in _SQUEUE_FIELDS)
 #: Every state of a job that is not finished (what ``taken_by_queue`` must see).
 _SQUEUE_UNFINISHED = "PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING,RESIZING,REQUEUED," \
     "REQUEUE_FED,REQUEUE_HOLD,SIGNALING,STAGE_OUT,STOPPED,RESV_DEL_HOLD,SPECIAL_EXIT"
+UNFINISHED = frozenset(_SQUEUE_UNFINISHED.split(","))
 
 
 def _parse_duration_min(text: str) -> int | None:
@@ -770,3 +781,24 @@ class Slurm:
         out = self.run([*args, "--parsable2", "--noheader",
                         "--format=" + ",".join(_SACCT_FIELDS)]).stdout
         return _accounting_from_sacct_text(out)
+
+    def finished_accounting(self, job_ids: Sequence[int],
+                            timeout: float = 60.0) -> dict[int, AccountingRecord]:
+        """Each job's final, settled record, waiting (bounded) until slurmdbd has it whole.
+
+        slurmctld reports a job ended before slurmdbd has its end, and slurmdbd's record is
+        briefly partial (:attr:`AccountingRecord.settled`). Raises :class:`SlurmOutputError`
+        naming the jobs still unsettled after ``timeout`` seconds."""
+        wanted = set(job_ids)
+        deadline = time.monotonic() + timeout
+        while True:
+            ready = {r.job_id: r for r in self.accounting(sorted(wanted))
+                     if r.end is not None and r.state not in UNFINISHED and r.settled}
+            if wanted <= ready.keys():
+                return ready
+            if time.monotonic() >= deadline:
+                missing = sorted(wanted - ready.keys())
+                raise SlurmOutputError(
+                    f"sacct has no final record of job(s) {missing} after {timeout:.0f} s; "
+                    "is slurmdbd running and the job finished?")
+            time.sleep(0.5)

@@ -123,16 +123,11 @@ def _check_ranks(site: SiteConfig, job_id: int, ran_on: set[str]) -> None:
             e.rank, e.local_rank, e.tp, e.pp, e.dp)
 
 
-def _ran_on(job_id: int) -> set[str]:
-    deadline = time.monotonic() + 60
-    while True:
-        out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", str(job_id), "-o",
-                              "NodeList,State"], capture_output=True, text=True).stdout
-        fields = out.strip().split("|") if out.strip() else []
-        if len(fields) == 2 and fields[1] == "COMPLETED" and fields[0] != "None assigned":
-            return set(_expand(fields[0]))
-        assert time.monotonic() < deadline, f"no whole record of {job_id} in sacct: {out!r}"
-        time.sleep(0.5)
+def _ran_on(slurm: Slurm, job_id: int) -> set[str]:
+    """The nodes the job ran on, from slurmdbd's whole record; the job must have completed."""
+    record = slurm.finished_accounting([job_id])[job_id]
+    assert record.state == "COMPLETED", record
+    return set(record.nodes)
 
 
 def test_a_job_that_cannot_start_now_is_queued_not_refused_and_runs_with_its_ranks(
@@ -152,7 +147,7 @@ def test_a_job_that_cannot_start_now_is_queued_not_refused_and_runs_with_its_ran
     assert record["status"] == "queued" and set(record["nodes"]) == set(job.required_nodes)
     assert _sync() == []  # nothing free, nothing failed: nothing to do
     assert wait_for_job(slurm, job_id, timeout=120) == "COMPLETED"
-    ran = _ran_on(job_id)
+    ran = _ran_on(slurm, job_id)
     assert ran == set(job.required_nodes)
     _check_ranks(site, job_id, ran)
 
@@ -180,7 +175,7 @@ def test_a_queued_job_moves_to_nodes_that_free_first(slurm: Slurm, site: SiteCon
     moved = set(_job(slurm, job_id).required_nodes)
     assert not moved & set(_expand("n[001-016]")) and len(moved) == 16
     assert wait_for_job(slurm, job_id, timeout=90) == "COMPLETED"
-    _check_ranks(site, job_id, _ran_on(job_id))
+    _check_ranks(site, job_id, _ran_on(slurm, job_id))
     shown = _record(job_id)
     assert shown["binding"]["kind"] == "bind"
     assert set(shown["nodes"]) == moved
@@ -222,7 +217,7 @@ def test_draining_a_planned_node_of_a_waiting_large_job_repairs_its_plan(
     row = next(r for r in listed if r["lpj_job_id"] == lpj)
     assert row["repairs"] and victim in row["repairs"][-1]["previous"]
     assert wait_for_job(slurm, lpj, timeout=120) == "COMPLETED"
-    ran = _ran_on(lpj)
+    ran = _ran_on(slurm, lpj)
     assert victim not in ran
     _check_ranks(site, lpj, ran)
     # Ended: the first sync deletes its reservation, the second has nothing to do.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import sqlite3
 import subprocess
@@ -25,7 +24,7 @@ from typing import Any
 import hostlist
 import pytest
 
-from slurm_arnold.slurm import Slurm
+from slurm_arnold.slurm import AccountingRecord, Slurm
 from tests.conftest import wait_for_job
 
 pytestmark = pytest.mark.live
@@ -121,25 +120,10 @@ def admissions(env: dict[str, str]) -> dict[tuple[int, str], dict[str, Any]]:
     return {(r["job_id"], r["decision"]): dict(r) for r in db.execute("select * from admissions")}
 
 
-def sacct_times(job_id: int, timeout: float = 60.0) -> tuple[str, int, int]:
-    """The finished job's nodes, start and end from slurmdbd, waiting (bounded) until its
-    record is whole: slurmctld reports a job ended before slurmdbd has its End."""
-    deadline = time.monotonic() + timeout
-    while True:
-        lines = subprocess.run(["sacct", "-X", "-n", "-P", "-j", str(job_id), "-o",
-                                "NodeList,Start,End"], capture_output=True, text=True,
-                               check=True).stdout.strip().splitlines()
-        fields = lines[0].split("|") if lines else []
-        if len(fields) == 3 and all(re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:]{8}", t)
-                                    for t in fields[1:]):
-            break
-        assert time.monotonic() < deadline, f"slurmdbd has no whole record of {job_id}: {lines}"
-        time.sleep(0.5)
-    nodes, start, end = fields
-
-    def stamp(text: str) -> int:
-        return int(time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S")))
-    return nodes, stamp(start), stamp(end)
+def sacct_record(slurm: Slurm, job_id: int) -> AccountingRecord:
+    """The finished job's record from slurmdbd, once slurmdbd has it whole (slurmctld reports
+    a job ended before slurmdbd has its end and all its nodes)."""
+    return slurm.finished_accounting([job_id])[job_id]
 
 
 def test_an_lpj_that_cannot_start_is_reserved_on_its_planned_nodes_and_runs_there(
@@ -168,8 +152,7 @@ def test_an_lpj_that_cannot_start_is_reserved_on_its_planned_nodes_and_runs_ther
     for b in blockers:
         slurm.cancel(b)
     assert wait_for_job(slurm, lpj, timeout=90) == "COMPLETED"
-    nodes, _, _ = sacct_times(lpj)
-    assert set(hostlist_of(nodes)) == planned
+    assert set(sacct_record(slurm, lpj).nodes) == planned
     sync = json.loads(arnold(env, "reserve", "sync", "--json").stdout)
     assert sync == [f"deleted arnold_{lpj} (its LPJ is COMPLETED)"]
     assert not ours(slurm)
@@ -215,7 +198,7 @@ def test_admission_by_prediction_cancel_and_idempotent_sync(slurm: Slurm,
         f"released LPJ {lpj}"]
     assert {j.job_id: j for j in slurm.jobs()}[long].state == "PENDING"
     assert {j.job_id: j for j in slurm.jobs()}[lpj].state == "PENDING"
-    assert set(hostlist_of(sacct_times(short)[0])) <= set(plan["nodes"])
+    assert set(sacct_record(slurm, short).nodes) <= set(plan["nodes"])
     # The LPJ is cancelled: the next sync removes its reservation, the one after does nothing.
     slurm.cancel(lpj)
     wait_state(slurm, lpj, {"CANCELLED"})
@@ -248,9 +231,9 @@ def test_the_lpj_starts_after_an_admitted_job_ends(slurm: Slurm, env: dict[str, 
     for b in blockers:
         slurm.cancel(b)
     assert wait_for_job(slurm, lpj, timeout=90) == "COMPLETED"
-    _, _, short_end = sacct_times(short)
-    _, lpj_start, _ = sacct_times(lpj)
-    assert short_end <= lpj_start
+    short_end = sacct_record(slurm, short).end
+    lpj_start = sacct_record(slurm, lpj).start
+    assert short_end is not None and lpj_start is not None and short_end <= lpj_start
 
 
 def test_a_sync_killed_halfway_is_repaired_by_the_next(slurm: Slurm,

@@ -83,3 +83,28 @@ def test_v004x_numbers_and_job_states_read_as_the_text_does() -> None:
     assert json_family((22, 5)) == "v0.0.38"
     assert json_family((23, 11)) is None and json_family((24, 5)) is None
     assert json_family((24, 11)) == json_family((26, 5)) == "v0.0.4x"
+
+
+def _sacct_line(nodes: str, nnodes: int, state: str = "COMPLETED") -> str:
+    return (f"401|wrap|root|root|root|gpu|normal|{state}|0:0|{nodes}|{nnodes}|"
+            f"billing=1,gres/gpu={8 * nnodes}|2026-12-03T00:45:53|2026-12-03T00:45:53|"
+            "2026-12-03T00:45:53|3")
+
+
+def test_a_record_slurmdbd_has_not_filled_in_is_not_settled() -> None:
+    from slurm_arnold.slurm import _accounting_from_json, _accounting_from_sacct_text
+
+    # 22.05's sacct text for a 24-node job in the second after it ended (seen live, as
+    # `sacct -X -P -o NodeList,NNodes,State`: "n001|24|COMPLETED", then "n[001-024]|24|...").
+    partial, whole, one, never = _accounting_from_sacct_text("\n".join([
+        _sacct_line("n001", 24), _sacct_line("n[001-024]", 24), _sacct_line("n007", 1),
+        _sacct_line("None assigned", 2, "CANCELLED by 0")]))
+    assert not partial.settled
+    assert whole.settled and len(whole.nodes) == 24
+    assert one.settled and never.settled and never.nodes == ()
+    # The same moment in --json: one node and allocation_nodes 0.
+    record = {"job_id": 401, "nodes": "n001", "allocation_nodes": 0,
+              "state": {"current": "COMPLETED"}, "time": {"start": 1, "end": 2}}
+    assert not _accounting_from_json({"jobs": [record]})[0].settled
+    record |= {"nodes": "n[001-024]", "allocation_nodes": 24}
+    assert _accounting_from_json({"jobs": [record]})[0].settled
