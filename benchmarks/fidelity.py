@@ -165,21 +165,10 @@ def replay_live(jobs: Sequence[SimJob], setup: FidelitySetup, env: dict[str, str
 
 
 def live_times(ids: dict[str, int], env: dict[str, str]) -> dict[str, tuple[float, float]]:
-    """(submit, start) of each job from sacct, in epoch seconds."""
-    out = subprocess.run(["sacct", "-X", "-n", "-P", "-j", ",".join(map(str, ids.values())),
-                          "-o", "JobID,Submit,Start"], capture_output=True, text=True,
-                         env=env, check=True).stdout
-    by_id = {v: k for k, v in ids.items()}
-    times: dict[str, tuple[float, float]] = {}
-    for line in out.splitlines():
-        jid, submit, start = line.split("|")
-        if jid.isdigit() and int(jid) in by_id:
-            times[by_id[int(jid)]] = (_stamp(submit), _stamp(start))
-    return times
-
-
-def _stamp(text: str) -> float:
-    return float(time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S")))
+    """(submit, start) of each job that ran, from slurmdbd's whole records, in epoch seconds."""
+    records = Slurm(env).finished_accounting(list(ids.values()), 120)
+    return {name: (float(r.submit), float(r.start)) for name, job_id in ids.items()
+            if (r := records[job_id]).start is not None and r.submit is not None}
 
 
 def agreement(sim_start: dict[str, float], live_start: dict[str, float],
