@@ -19,8 +19,10 @@ from slurm_arnold.plan.catalog import GPUS, MODELS
 from slurm_arnold.plan.cost import EFFICIENCY, ELEMENTWISE_TRAFFIC, Layout, estimate
 from slurm_arnold.plan.reference import (
     CALIBRATION_ROWS,
+    FLASH_RUNS,
     LLAMA_405B,
     SELENE,
+    flash_run_estimate,
     llama_405b_estimate,
     read_table,
 )
@@ -75,6 +77,23 @@ def llama_405b() -> dict[str, Any]:
             "predicted_tflops": est.tflops_per_gpu,
             "error": est.tflops_per_gpu / c["published_tflops"] - 1,
             "gib": est.memory_gib_per_gpu, "fits": est.fits}
+
+
+def flash_runs() -> list[dict[str, Any]]:
+    """The published FlashAttention runs (``reference.FLASH_RUNS``), evaluated as a user would
+    (TP 1, PP 1, the default attention), in tokens per second as they were published: a check
+    of the default attention that no constant was fitted on."""
+    out = []
+    for run in FLASH_RUNS:
+        lay, est = flash_run_estimate(run)
+        tokens = run["batch"] * run["model"].seq_len / est.step_seconds
+        out.append({"model": run["model"].name, "gpu": "a100-80g", "gpus": run["gpus"],
+                    "batch": run["batch"], "layout": describe(lay),
+                    "published_tokens_per_s": run["tokens_per_s"],
+                    "predicted_tokens_per_s": tokens,
+                    "error": tokens / run["tokens_per_s"] - 1,
+                    "predicted_tflops": est.tflops_per_gpu, "gib": est.memory_gib_per_gpu})
+    return out
 
 
 def nest_instances(directory: Path) -> list[dict[str, Any]]:
@@ -190,7 +209,8 @@ def nest_markdown(rows: list[dict[str, Any]]) -> list[str]:
 
 def markdown(rows: list[dict[str, Any]], speeds: list[dict[str, Any]], command: str,
              llama: dict[str, Any] | None = None,
-             nest: list[dict[str, Any]] | None = None) -> str:
+             nest: list[dict[str, Any]] | None = None,
+             flash: list[dict[str, Any]] | None = None) -> str:
     """The docs section."""
     lines = ["## Planner: Megatron-LM Table 1 and search time", "",
              f"Command: `{command}`. A100: matrix multiplications at {EFFICIENCY['a100-80g']} "
@@ -234,6 +254,23 @@ def markdown(rows: list[dict[str, Any]], speeds: list[dict[str, Any]], command: 
                   f"{llama['gib']:.1f} GiB per GPU. This figure is what the H100 efficiency "
                   f"({EFFICIENCY['h100-80g']}) was fitted on, so it shows the fit, not a check; "
                   "no second H100 figure in the repo checks it."]
+    if flash:
+        lines += ["", "FlashAttention, the default, checked on runs made with it (the "
+                  "flash-attention repository's training README, one node of 8 x A100 80GB, "
+                  "sequence 2,048, 1M-token batches, no activation checkpointing; "
+                  "`slurm_arnold/plan/reference.py`, fitted on none of them), evaluated given "
+                  "TP 1 and PP 1:", "",
+                  "| model | GPUs | `--evaluate` layout | published tokens/s | predicted | "
+                  "error | its TFLOP/s | GiB/GPU |", "|" + "---|" * 8]
+        for f in flash:
+            lines.append(f"| {f['model']} | {f['gpus']} | {f['layout']} | "
+                         f"{f['published_tokens_per_s']:,.0f} | "
+                         f"{f['predicted_tokens_per_s']:,.0f} | {f['error']:+.1%} | "
+                         f"{f['predicted_tflops']:.1f} | {f['gib']:.1f} |")
+        lines += ["", "With FlashAttention the cost model predicts less than these runs "
+                  "achieved, so where `--evaluate` with it predicts more than a Table 1 row, "
+                  "that is what a run of that layout with FlashAttention would do, not what "
+                  "the paper's runs (eager attention, everything recomputed) did."]
     lines += ["", f"Largest error on the published layouts: {worst:.1%} (target 15%). "
               "The planner's choices are faster mostly by dropping full recomputation where "
               "memory allows and by interleaving (smaller bubble); TFLOP/s counts the FLOPs "

@@ -491,25 +491,29 @@ def bench_plan(quick: bool, reference: str, nest_dir: str, docs: str, as_json: b
     """The planner's cost model against Megatron-LM's Table 1, its search time, and its search
     on NEST's own instances against NEST's."""
     from benchmarks.placement import write_section
-    from benchmarks.plan import llama_405b, markdown, nest_instances, speed, table1
+    from benchmarks.plan import flash_runs, llama_405b, markdown, nest_instances, speed, table1
 
     if not Path(reference).exists():
         raise ArnoldError(f"no reference table at {reference}; pass --reference FILE")
     rows = table1(Path(reference))
     speeds = speed(quick)
     llama = llama_405b()
+    flash = flash_runs()
     nest = nest_instances(Path(nest_dir)) if Path(nest_dir).is_dir() else []
     if not quick:
         write_section(Path(docs), "plan", markdown(rows, speeds, "arnold bench plan", llama,
-                                                   nest))
+                                                   nest, flash))
     if as_json:
         click.echo(json.dumps({"table1": rows, "speed": speeds, "llama3_405b": llama,
-                               "nest": nest}))
+                               "nest": nest, "flash_runs": flash}))
         return
     for r in rows:
         click.echo(f"{r['model']}: published {r['published_tflops']:.0f}, predicted "
                    f"{r['predicted_tflops']:.1f} ({r['error']:+.1%}); planner "
                    f"{r['planned_layout']} {r['planned_tflops']:.1f}")
+    for f in flash:
+        click.echo(f"{f['model']} (FlashAttention): published {f['published_tokens_per_s']:,.0f}"
+                   f" tokens/s, predicted {f['predicted_tokens_per_s']:,.0f} ({f['error']:+.1%})")
     for sp in speeds:
         click.echo(f"search {sp['model']} on {sp['gpus']} GPUs: {sp['seconds']:.3f} s")
     for nr in nest:

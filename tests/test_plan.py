@@ -29,9 +29,11 @@ from slurm_arnold.plan.cost import (
 from slurm_arnold.plan.nest import best_cut, brute_force_cut
 from slurm_arnold.plan.reference import (
     CALIBRATION_ROWS,
+    FLASH_RUNS,
     LLAMA_405B,
     SELENE,
     fit_efficiency,
+    flash_run_estimate,
     fit_h100_efficiency,
     fit_roofline,
     llama_405b_estimate,
@@ -130,6 +132,24 @@ def test_h100_efficiency_is_refit_on_its_one_figure() -> None:
     assert est.tflops_per_gpu == pytest.approx(LLAMA_405B["published_tflops"], rel=0.01)
 
 
+def test_published_flashattention_runs_are_checked_within_15_percent() -> None:
+    # The default attention, on runs made with it and fitted on by nothing (15%: the issue's
+    # rule for published runs the project does not have). Eager attention on the same runs
+    # is further off: the check tells the two kernels apart.
+    from dataclasses import replace
+
+    for run in FLASH_RUNS:
+        lay, est = flash_run_estimate(run)
+        assert (lay.tp, lay.pp, lay.attention) == (1, 1, "flash") and est.fits
+        tokens = run["batch"] * run["model"].seq_len / est.step_seconds
+        assert abs(tokens / run["tokens_per_s"] - 1) <= 0.15, (run["model"].name, tokens)
+        eager = estimate(run["model"], A100, SELENE, replace(lay, attention="eager"),
+                         run["batch"])
+        eager_tokens = run["batch"] * run["model"].seq_len / eager.step_seconds
+        assert abs(eager_tokens / run["tokens_per_s"] - 1) > abs(tokens / run["tokens_per_s"]
+                                                                - 1)
+
+
 def test_the_planner_fits_and_is_never_slower_than_the_published_layout() -> None:
     for r in _table():
         plan = search(r.model, A100, SELENE, r.layout.gpus, r.global_batch)
@@ -186,6 +206,7 @@ def test_bench_plan_quick(isolated_config: Path) -> None:
     doc = json.loads(out.output)
     assert len(doc["table1"]) == 10 and len(doc["speed"]) == 2
     assert all(abs(r["error"]) <= 0.15 for r in doc["table1"])
+    assert [f["model"] for f in doc["flash_runs"]] == [r["model"].name for r in FLASH_RUNS]
     nest_dir = TABLE.parent / "nest"
     if nest_dir.is_dir():
         assert doc["nest"], "the shared NEST instance was not compared"

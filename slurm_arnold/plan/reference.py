@@ -1,4 +1,5 @@
-"""Megatron-LM SC'21 Table 1 as test data for the cost model, and the A100 calibration.
+"""Megatron-LM SC'21 Table 1 as test data for the cost model, and the A100 calibration; the
+H100 figure; published FlashAttention runs that check the default attention.
 
 Selene (the paper's machine): DGX A100 nodes, NVLink 3 (300 GB/s per GPU and direction), one
 200 Gb/s HDR InfiniBand adapter per GPU, a non-blocking fat tree.
@@ -28,6 +29,19 @@ H100_CLUSTER = NetworkTiers()
 #: data point, priced as ``arnold plan --evaluate`` prices it given TP and PP only.
 LLAMA_405B: dict[str, float] = {"gpus": 8192, "batch": 2048, "seq": 8192, "tp": 8, "pp": 16,
                                 "published_tflops": 430.0}
+
+#: Published runs with FlashAttention, to check the default attention against: the
+#: flash-attention repository's ``training/README.md`` ("Training speed"; Dao-AILab/flash-attention
+#: at 0b037c2d): one node of 8 x A100 80GB SXM4 (400 W) with NVLink, GPT-3 1.3B and 2.7B (head
+#: dimension 128, "gpt3-2.7B-flash-hdim128"), sequence 2,048, batches of 1M tokens (512
+#: sequences), vocabulary padded to a multiple of 8, no activation checkpointing; throughput
+#: in tokens per second as published. Neither enters any fit.
+FLASH_RUNS: tuple[dict[str, Any], ...] = (
+    {"model": ModelSpec("gpt3-1.3b", 24, 2048, 16, 4 * 2048, 50264, 2048), "gpus": 8,
+     "batch": 512, "tokens_per_s": 169_000.0},
+    {"model": ModelSpec("gpt3-2.7b-hdim128", 32, 2560, 20, 4 * 2560, 50264, 2048), "gpus": 8,
+     "batch": 512, "tokens_per_s": 85_000.0},
+)
 
 #: The rows the A100 efficiency and the elementwise traffic are fitted on: the even rows
 #: (every other model from the smallest); the odd rows check them.
@@ -96,6 +110,17 @@ def llama_405b_estimate(efficiency: float | None = None) -> tuple[Layout, Any]:
     lay, est, _ = evaluate_best(model, GPUS["h100-80g"], H100_CLUSTER,
                                 Layout(tp, pp, int(c["gpus"]) // (tp * pp)), set(),
                                 int(c["batch"]), efficiency=efficiency)
+    return lay, est
+
+
+def flash_run_estimate(run: dict[str, Any]) -> tuple[Layout, Any]:
+    """The layout ``--evaluate`` chooses for one of ``FLASH_RUNS`` given what the run fixed
+    (data parallel on one node: TP 1, PP 1; FlashAttention, the default) and its estimate."""
+    from slurm_arnold.plan.catalog import GPUS
+    from slurm_arnold.plan.search import evaluate_best
+
+    lay, est, _ = evaluate_best(run["model"], GPUS["a100-80g"], SELENE,
+                                Layout(1, 1, int(run["gpus"])), set(), int(run["batch"]))
     return lay, est
 
 
