@@ -124,10 +124,10 @@ def test_the_page_shows_a_placed_job_a_reservation_with_an_admitted_job_and_a_dr
     slurm.run(["scontrol", "update", f"NodeName={drained}", "State=DRAIN",
                "Reason=arnold-report-test"])
     try:
-        # n[001-040] busy for up to 4 minutes; the LPJ waits for n[033-056] in a reservation
+        # n[001-040] busy until the test ends; the LPJ waits for n[033-056] in a reservation
         # (16 of them idle); our job takes 4 of the 7 free nodes left; a short 4-node job
         # then fits nowhere but in the reservation, where sync admits it.
-        fill(40, limit_min=4, seconds=90)
+        fill(40, limit_min=4, seconds=200)  # cancelled by the fixture: never ends mid-test
         lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=3", "-w", "n[033-056]",
                      "--wrap", "sleep 1")
         wait_state(slurm, lpj, {"PENDING"})
