@@ -21,9 +21,13 @@ from slurm_arnold.plan.reference import (
     CALIBRATION_ROWS,
     FLASH_RUNS,
     LLAMA_405B,
+    MOSAIC_FIT_SEQ,
+    MOSAIC_H100_RUNS,
     SELENE,
+    fit_mosaic_efficiency,
     flash_run_estimate,
     llama_405b_estimate,
+    mosaic_tokens_per_gpu,
     read_table,
 )
 from slurm_arnold.plan.search import evaluate_best, search
@@ -94,6 +98,21 @@ def flash_runs() -> list[dict[str, Any]]:
                     "error": tokens / run["tokens_per_s"] - 1,
                     "predicted_tflops": est.tflops_per_gpu, "gib": est.memory_gib_per_gpu})
     return out
+
+
+def mosaic_h100() -> dict[str, Any]:
+    """MosaicML's one-node H100 runs (``reference.MOSAIC_H100_RUNS``) priced as they ran: with
+    the catalogue's H100 figure (fitted on Meta's Llama 3 run), and with the efficiency a site
+    on MosaicML's stack would put in its GPU file (fitted on the rows up to 2,048 tokens)."""
+    stack = fit_mosaic_efficiency()
+    rows = []
+    for run in MOSAIC_H100_RUNS:
+        rows.append({"model": run[0], "seq": run[1], "micro_batch": run[2],
+                     "recompute": "full" if run[4] else "none",
+                     "published_tokens_per_gpu": run[5],
+                     "error": mosaic_tokens_per_gpu(run) / run[5] - 1,
+                     "stack_error": mosaic_tokens_per_gpu(run, stack) / run[5] - 1})
+    return {"stack_efficiency": stack, "fit_seq": MOSAIC_FIT_SEQ, "rows": rows}
 
 
 def nest_instances(directory: Path) -> list[dict[str, Any]]:
@@ -207,10 +226,44 @@ def nest_markdown(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def mosaic_markdown(mosaic: dict[str, Any]) -> list[str]:
+    """The H100 check on MosaicML's runs: one line per model, the error at each sequence."""
+    rows = mosaic["rows"]
+    fit = [r for r in rows if r["seq"] <= mosaic["fit_seq"]]
+    rest = [r for r in rows if r["seq"] > mosaic["fit_seq"]]
+
+    def worst(rs: list[dict[str, Any]], key: str) -> str:
+        return f"{max((abs(r[key]) for r in rs), default=0.0):.1%}"
+
+    lines = ["", "H100 on another software stack: every one-node row (8 x H100 80GB, bf16) of "
+             "MosaicML's llm-foundry benchmarks (PyTorch FSDP full sharding, their "
+             "FlashAttention kernels), priced as each ran (ZeRO-3, its micro-batch and "
+             "checkpointing; `reference.MOSAIC_H100_RUNS`), in tokens/s per GPU. `catalogue`: "
+             f"the H100 figure ({EFFICIENCY['h100-80g']}, fitted on Meta's Llama 3 run); "
+             f"`stack`: {mosaic['stack_efficiency']}, the `efficiency` a site on that stack "
+             "would put in its GPU file, fitted on the rows of at most "
+             f"{mosaic['fit_seq']:,} tokens and checked on the longer ones.", "",
+             "| model | error by sequence length: catalogue / stack |", "|---|---|"]
+    for model in dict.fromkeys(r["model"] for r in rows):
+        cells = [f"{r['seq']:,}: {r['error']:+.0%} / {r['stack_error']:+.0%}"
+                 for r in sorted((r for r in rows if r["model"] == model),
+                                 key=lambda r: r["seq"])]
+        lines.append(f"| {model} | {', '.join(cells)} |")
+    lines += ["", f"The catalogue figure over-predicts that stack everywhere (largest error "
+              f"{worst(rows, 'error')}): it is a Megatron/Meta-grade stack's. Calibrated on "
+              f"the short rows (largest error there {worst(fit, 'stack_error')}), the longer "
+              f"ones stay optimistic (largest {worst(rest, 'stack_error')}): that stack's "
+              "attention kernel runs slower than its matrix multiplications, which the cost "
+              "model prices alike. A site measures its own stack and sets `efficiency` in its "
+              "GPU file (docs/plan.md)."]
+    return lines
+
+
 def markdown(rows: list[dict[str, Any]], speeds: list[dict[str, Any]], command: str,
              llama: dict[str, Any] | None = None,
              nest: list[dict[str, Any]] | None = None,
-             flash: list[dict[str, Any]] | None = None) -> str:
+             flash: list[dict[str, Any]] | None = None,
+             mosaic: dict[str, Any] | None = None) -> str:
     """The docs section."""
     lines = ["## Planner: Megatron-LM Table 1 and search time", "",
              f"Command: `{command}`. A100: matrix multiplications at {EFFICIENCY['a100-80g']} "
@@ -253,7 +306,7 @@ def markdown(rows: list[dict[str, Any]], speeds: list[dict[str, Any]], command: 
                   f"{llama['published_tflops']:.0f} ({llama['error']:+.1%}), "
                   f"{llama['gib']:.1f} GiB per GPU. This figure is what the H100 efficiency "
                   f"({EFFICIENCY['h100-80g']}) was fitted on, so it shows the fit, not a check; "
-                  "no second H100 figure in the repo checks it."]
+                  "MosaicML's runs below check it, on another software stack."]
     if flash:
         lines += ["", "FlashAttention, the default, checked on runs made with it (the "
                   "flash-attention repository's training README, one node of 8 x A100 80GB, "
@@ -271,6 +324,8 @@ def markdown(rows: list[dict[str, Any]], speeds: list[dict[str, Any]], command: 
                   "achieved, so where `--evaluate` with it predicts more than a Table 1 row, "
                   "that is what a run of that layout with FlashAttention would do, not what "
                   "the paper's runs (eager attention, everything recomputed) did."]
+    if mosaic:
+        lines += mosaic_markdown(mosaic)
     lines += ["", f"Largest error on the published layouts: {worst:.1%} (target 15%). "
               "The planner's choices are faster mostly by dropping full recomputation where "
               "memory allows and by interleaving (smaller bubble); TFLOP/s counts the FLOPs "

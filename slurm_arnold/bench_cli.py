@@ -491,7 +491,15 @@ def bench_plan(quick: bool, reference: str, nest_dir: str, docs: str, as_json: b
     """The planner's cost model against Megatron-LM's Table 1, its search time, and its search
     on NEST's own instances against NEST's."""
     from benchmarks.placement import write_section
-    from benchmarks.plan import flash_runs, llama_405b, markdown, nest_instances, speed, table1
+    from benchmarks.plan import (
+        flash_runs,
+        llama_405b,
+        markdown,
+        mosaic_h100,
+        nest_instances,
+        speed,
+        table1,
+    )
 
     if not Path(reference).exists():
         raise ArnoldError(f"no reference table at {reference}; pass --reference FILE")
@@ -499,13 +507,14 @@ def bench_plan(quick: bool, reference: str, nest_dir: str, docs: str, as_json: b
     speeds = speed(quick)
     llama = llama_405b()
     flash = flash_runs()
+    mosaic = mosaic_h100()
     nest = nest_instances(Path(nest_dir)) if Path(nest_dir).is_dir() else []
     if not quick:
         write_section(Path(docs), "plan", markdown(rows, speeds, "arnold bench plan", llama,
-                                                   nest, flash))
+                                                   nest, flash, mosaic))
     if as_json:
         click.echo(json.dumps({"table1": rows, "speed": speeds, "llama3_405b": llama,
-                               "nest": nest, "flash_runs": flash}))
+                               "nest": nest, "flash_runs": flash, "mosaic_h100": mosaic}))
         return
     for r in rows:
         click.echo(f"{r['model']}: published {r['published_tflops']:.0f}, predicted "

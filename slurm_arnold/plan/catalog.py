@@ -96,6 +96,9 @@ class GpuSpec:
     memory_bytes: float
     nvlink_bytes_per_s: float
     hbm_bytes_per_s: float = 2.0e12
+    #: Share of peak the matrix multiplications reach on the site's software stack; None =
+    #: the cost model's figure for the catalogue GPU of that name (``cost.EFFICIENCY``).
+    efficiency: float | None = None
 
 
 #: NVIDIA's data sheets (SXM parts): A100 80GB 2.039 TB/s, H100 3.35 TB/s, H200 4.8 TB/s.
@@ -146,6 +149,7 @@ def _gpu_file() -> type[Any]:
         memory_bytes: float = Field(gt=0, strict=False)
         nvlink_bytes_per_s: float = Field(gt=0, strict=False)
         hbm_bytes_per_s: float = Field(default=2.0e12, gt=0, strict=False)
+        efficiency: float | None = Field(default=None, gt=0, le=1, strict=False)
 
     return GpuFile
 
@@ -185,7 +189,7 @@ def load_model(name_or_path: str) -> ModelSpec:
 
 def load_gpu(name_or_path: str) -> GpuSpec:
     """A catalogue GPU by name, or a TOML file with ``peak_flops, memory_bytes,
-    nvlink_bytes_per_s``."""
+    nvlink_bytes_per_s`` (optionally ``hbm_bytes_per_s`` and ``efficiency``)."""
     if name_or_path in GPUS:
         return GPUS[name_or_path]
     path = Path(name_or_path)

@@ -67,6 +67,8 @@ from slurm_arnold.plan.catalog import GpuSpec, ModelSpec
 #: checks it. h200: the same chip as H100 with more and faster memory, so H100's share.
 EFFICIENCY = {"a100-80g": 0.629, "h100-80g": 0.711, "h200": 0.711}
 ELEMENTWISE_TRAFFIC = 2.75
+#: For a GPU the cost model has no figure for (a TOML file without ``efficiency``).
+DEFAULT_EFFICIENCY = 0.5
 BYTES_PER_VALUE = 2  # bf16 activations, weights and gradients on the wire
 RECOMPUTE = ("none", "selective", "full")
 ATTENTION = ("flash", "eager")
@@ -346,6 +348,14 @@ def _check_cut(model: ModelSpec, layout: Layout) -> None:
                           f"{layout.interleave} chunks; use --interleave {smallest} or less")
 
 
+def gemm_efficiency(gpu: GpuSpec) -> float:
+    """Share of peak ``gpu``'s matrix multiplications reach: the GPU file's own ``efficiency``
+    (a site's measured stack), else the catalogue figure, else ``DEFAULT_EFFICIENCY``."""
+    if gpu.efficiency is not None:
+        return gpu.efficiency
+    return EFFICIENCY.get(gpu.name, DEFAULT_EFFICIENCY)
+
+
 def stage_model(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: Layout,
                 global_batch: int, *, gpus_per_node: int = 8,
                 efficiency: float | None = None, leaf_nodes: int = LEAF_NODES,
@@ -353,7 +363,7 @@ def stage_model(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: L
     """The per-stage cost functions of ``layout`` (its ``stages`` are ignored: any cut is
     priced by them); raises ``ArnoldError`` when the layout is not one of the job."""
     _check(model, layout, global_batch)
-    eff = EFFICIENCY.get(gpu.name, 0.5) if efficiency is None else efficiency
+    eff = gemm_efficiency(gpu) if efficiency is None else efficiency
     tp, cp, ep, p = layout.tp, layout.cp, layout.ep, layout.pp
     m = global_batch // (layout.dp * layout.micro_batch)
     b, s, h = layout.micro_batch, model.seq_len, model.hidden
@@ -514,7 +524,7 @@ def block_times(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: L
                      leaf_nodes=leaf_nodes)
     _check_cut(model, layout)
     dense, scores, logits = layer_forward_flops(model, layout.micro_batch)
-    share = 1.0 / (layout.tp * layout.cp * EFFICIENCY.get(gpu.name, 0.5) * gpu.peak_flops)
+    share = 1.0 / (layout.tp * layout.cp * gemm_efficiency(gpu) * gpu.peak_flops)
     redo = {"none": scores if layout.attention == "flash" else 0.0, "selective": scores,
             "full": dense + scores}[layout.recompute]
     passes = 3 if layout.recompute == "full" else 2

@@ -43,6 +43,38 @@ FLASH_RUNS: tuple[dict[str, Any], ...] = (
      "batch": 512, "tokens_per_s": 85_000.0},
 )
 
+#: MosaicML's MPT models (llm-foundry ``scripts/train/yamls/pretrain/mpt-*.yaml``: layers,
+#: d_model, heads; FFN 4 d_model; vocabulary 50,368).
+MPT_SHAPES = {"mpt-760m": (24, 1536, 12), "mpt-1b": (24, 2048, 16), "mpt-3b": (32, 2560, 20),
+              "mpt-7b": (32, 4096, 32), "mpt-13b": (40, 5120, 40), "mpt-30b": (48, 7168, 56)}
+#: Published H100 runs on another software stack, to check the H100 figure against: every
+#: one-node (8 x H100 80GB, bf16) row of llm-foundry's ``scripts/train/benchmarking/README.md``
+#: (mosaicml/llm-foundry at 061f2c7c, "H100 80GB BF16"): PyTorch FSDP full sharding (ZeRO-3),
+#: its FlashAttention kernels, the micro-batch, gradient accumulation and activation
+#: checkpointing (full recomputation) each row ran with, and its tokens per second per GPU.
+#: (model, sequence, micro-batch, accumulation, checkpointing, tokens/s per GPU)
+MOSAIC_H100_RUNS: tuple[tuple[str, int, int, int, bool, float], ...] = (
+    ("mpt-30b", 8192, 1, 21, True, 1384), ("mpt-30b", 4096, 1, 21, True, 1802),
+    ("mpt-30b", 2048, 3, 21, True, 2002), ("mpt-30b", 1024, 6, 21, True, 2084),
+    ("mpt-13b", 32768, 1, 3, True, 1976), ("mpt-13b", 16384, 3, 3, True, 2985),
+    ("mpt-13b", 4096, 10, 3, True, 4717), ("mpt-13b", 2048, 2, 1, False, 4792),
+    ("mpt-13b", 1024, 40, 3, True, 5502), ("mpt-7b", 65536, 1, 2, True, 1956),
+    ("mpt-7b", 32768, 2, 2, True, 3318), ("mpt-7b", 8192, 8, 2, True, 6935),
+    ("mpt-7b", 4096, 16, 2, True, 8611), ("mpt-7b", 2048, 6, 1, False, 10643),
+    ("mpt-7b", 1024, 64, 2, True, 10203), ("mpt-3b", 65536, 1, 2, True, 3262),
+    ("mpt-3b", 32768, 3, 6, True, 5873), ("mpt-3b", 16384, 1, 6, False, 11152),
+    ("mpt-3b", 8192, 3, 6, False, 16578), ("mpt-3b", 4096, 5, 6, False, 20964),
+    ("mpt-3b", 1024, 20, 6, False, 27046), ("mpt-3b", 512, 40, 6, False, 27965),
+    ("mpt-1b", 65536, 1, 2, True, 5506), ("mpt-1b", 32768, 1, 4, False, 12025),
+    ("mpt-1b", 16384, 2, 4, False, 19649), ("mpt-1b", 8192, 3, 4, False, 29157),
+    ("mpt-1b", 4096, 7, 4, False, 38535), ("mpt-1b", 2048, 14, 1, False, 45455),
+    ("mpt-1b", 1024, 18, 4, False, 48910), ("mpt-1b", 512, 56, 4, False, 52275),
+    ("mpt-760m", 32768, 1, 2, False, 16291), ("mpt-760m", 16384, 3, 2, False, 27815),
+    ("mpt-760m", 8192, 6, 2, False, 41825), ("mpt-760m", 4096, 12, 2, False, 55459),
+    ("mpt-760m", 2048, 24, 2, False, 63147), ("mpt-760m", 1024, 48, 2, False, 78581),
+    ("mpt-760m", 512, 96, 2, False, 83749),
+)
+
 #: The rows the A100 efficiency and the elementwise traffic are fitted on: the even rows
 #: (every other model from the smallest); the odd rows check them.
 CALIBRATION_ROWS = ("gpt-1.7b", "gpt-7.5b", "gpt-39.1b", "gpt-145.6b", "gpt-529.6b")
@@ -122,6 +154,43 @@ def flash_run_estimate(run: dict[str, Any]) -> tuple[Layout, Any]:
     lay, est, _ = evaluate_best(run["model"], GPUS["a100-80g"], SELENE,
                                 Layout(1, 1, int(run["gpus"])), set(), int(run["batch"]))
     return lay, est
+
+
+def mosaic_tokens_per_gpu(run: tuple[str, int, int, int, bool, float],
+                          efficiency: float | None = None) -> float:
+    """Predicted tokens per second per GPU of one of ``MOSAIC_H100_RUNS`` as it ran (TP 1,
+    PP 1, DP 8 on one node, ZeRO-3, its micro-batch and recomputation, FlashAttention)."""
+    from slurm_arnold.plan.catalog import GPUS
+
+    name, seq, micro, accumulation, checkpointing, _ = run
+    layers, hidden, heads = MPT_SHAPES[name]
+    model = ModelSpec(name, layers, hidden, heads, 4 * hidden, 50368, seq)
+    layout = Layout(1, 1, 8, micro_batch=micro, zero=3,
+                    recompute="full" if checkpointing else "none")
+    batch = micro * accumulation * 8
+    est = estimate(model, GPUS["h100-80g"], H100_CLUSTER, layout, batch, efficiency=efficiency)
+    return batch * seq / est.step_seconds / 8
+
+
+#: The MosaicML rows a site on that stack would calibrate on: sequences up to the models'
+#: training length, where attention is a small part of the work; the longer ones check it.
+MOSAIC_FIT_SEQ = 2048
+
+
+def fit_mosaic_efficiency() -> float:
+    """The efficiency (a GPU file's ``efficiency``) whose largest relative error over the
+    MosaicML rows of at most ``MOSAIC_FIT_SEQ`` tokens is smallest (bisection, as
+    ``fit_efficiency``): what a site running that stack would put in its GPU file."""
+    rows = [r for r in MOSAIC_H100_RUNS if r[1] <= MOSAIC_FIT_SEQ]
+    low, high = 0.05, 1.0
+    for _ in range(40):
+        mid = (low + high) / 2
+        errors = [mosaic_tokens_per_gpu(r, mid) / r[5] - 1 for r in rows]
+        if max(errors) + min(errors) > 0:
+            high = mid
+        else:
+            low = mid
+    return round((low + high) / 2, 3)
 
 
 def fit_h100_efficiency() -> float:
