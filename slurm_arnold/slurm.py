@@ -790,6 +790,8 @@ class Slurm:
         briefly partial (:attr:`AccountingRecord.settled`). Raises :class:`SlurmOutputError`
         naming the jobs still unsettled after ``timeout`` seconds."""
         wanted = set(job_ids)
+        if not wanted:  # sacct without --jobs would list every job
+            return {}
         deadline = time.monotonic() + timeout
         while True:
             ready = {r.job_id: r for r in self.accounting(sorted(wanted))

@@ -108,3 +108,14 @@ def test_a_record_slurmdbd_has_not_filled_in_is_not_settled() -> None:
     assert not _accounting_from_json({"jobs": [record]})[0].settled
     record |= {"nodes": "n[001-024]", "allocation_nodes": 24}
     assert _accounting_from_json({"jobs": [record]})[0].settled
+
+
+def test_no_jobs_asked_is_no_sacct_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    # sacct without --jobs lists every job of the cluster: asking for none must not call it.
+    def refuse(*_: object, **__: object) -> None:
+        raise AssertionError("sacct was called")
+
+    slurm = Slurm()
+    monkeypatch.setattr(slurm, "run", refuse)
+    monkeypatch.setattr(slurm, "_json", refuse)
+    assert slurm.finished_accounting([]) == {}
