@@ -1,5 +1,6 @@
-"""Megatron-LM SC'21 Table 1 as test data for the cost model, and the A100 calibration; the
-H100 figure; published FlashAttention runs that check the default attention.
+"""Published figures the cost model is fitted on or checked against: Megatron-LM SC'21 Table 1
+(the A100 calibration), Meta's Llama 3 405B run (the H100 figure), the flash-attention
+repository's runs (the default attention) and MosaicML's one-node H100 runs (another stack).
 
 Selene (the paper's machine): DGX A100 nodes, NVLink 3 (300 GB/s per GPU and direction), one
 200 Gb/s HDR InfiniBand adapter per GPU, a non-blocking fat tree.
