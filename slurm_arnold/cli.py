@@ -65,11 +65,6 @@ LAZY_GROUPS = {
 }
 
 
-#: When the command started: `arnold place --time-limit` counts from here (what its user
-#: waits for includes reading the topology and the free nodes).
-STARTED = time.monotonic()
-
-
 class ArnoldGroup(click.Group):
     """A click group that turns library errors into one-line messages and exit code 1, and
     loads the groups of ``LAZY_GROUPS`` on first use."""
@@ -306,6 +301,9 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
               seed: int, partition: str | None, explain_to: str | None, picture_path: str,
               as_json: bool) -> None:
     """Place a TP x PP x DP job on the fat tree and print its layout and spreads."""
+    # --time-limit counts from here: what the user waits for includes reading the topology and
+    # the free nodes. (Not from import: in one process the command may run many times.)
+    started = time.monotonic()
     # What can be checked without the cluster is checked before asking it.
     if dp is None and nodes is None:
         raise click.UsageError("give --dp or --nodes")
@@ -354,7 +352,7 @@ def place_cmd(topology_file: str | None, free_file: str | None, gpus_per_node: i
         chosen = slurm_choice(Slurm(), view, job.nodes, segment=job.nodes_per_unit)
         result = place_from_node_list("slurm", chosen, view.topology, job, alpha)
     else:
-        left = max(0.1, time_limit - (time.monotonic() - STARTED))
+        left = max(0.1, time_limit - (time.monotonic() - started))
         result = place(view.topology, view.free, job, algo=algo, alpha=alpha,
                        time_limit=left, seed=seed, weights=weights)
     theirs = None

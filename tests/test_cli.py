@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -228,3 +229,29 @@ def test_place_does_not_load_the_other_command_groups() -> None:
                             check=True).stdout.strip()
     assert loaded == ""
     assert set(LAZY_GROUPS) <= set(main.list_commands(click.Context(main)))
+
+
+def test_place_time_limit_counts_from_the_command_not_the_import(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A clock an hour past the module's import (a long-lived process running the command
+    # again): the search must still get nearly the whole --time-limit, not the 0.1 s floor.
+    import time
+
+    from benchmarks.sim import fat_tree
+    from slurm_arnold.placement import place
+
+    real = time.monotonic
+    monkeypatch.setattr("slurm_arnold.cli.time.monotonic", lambda: real() + 3600.0)
+    given: list[float] = []
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        given.append(kwargs["time_limit"])
+        return place(*args, **kwargs)
+
+    monkeypatch.setattr("slurm_arnold.cli.place", spy)
+    topo = tmp_path / "topology.conf"
+    topo.write_text(fat_tree(4, 4, 4))
+    result = CliRunner().invoke(main, ["place", "--topology", str(topo), "--tp", "8", "--pp",
+                                       "2", "--dp", "2", "--time-limit", "30"])
+    assert result.exit_code == 0, result.output
+    assert len(given) == 1 and 20 < given[0] <= 30
