@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from slurm_arnold.errors import InfeasibleError
@@ -277,7 +277,9 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
     if not best_cells:
         raise InfeasibleError(f"no placement keeps DP spread <= {cap_dp} and PP spread <= "
                               f"{cap_pp}")
-    # The tiers above and below the minipod (the minipod spreads stay as they are).
+    # The tiers above and below the minipod (the minipod spreads stay as they are, unless a
+    # rival's nodes give a placement nowhere worse than any rival where ours is not).
+    dominance: dict[str, object] | None = None
     if lower_tiers:
         # Imported here: it needs numpy, which arnold-sbatch's start-up must not pay for.
         from slurm_arnold.placement.arrange import arrange
@@ -288,13 +290,26 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
         # Which minipods, for the tiers above them; then inside them, for the tiers below.
         best_cells = regroup(best_cells, pool, weights)
 
-        references = [starts[n] for n in valid]
+        rivals = {n: starts[n] for n in valid}
         if topology.domains:
             # Slurm's own answer on NVLink domains, one TP group per segment, as users ask.
             slurm_nodes = block_rule(topology, free, job.nodes, job.nodes_per_unit)
             if slurm_nodes is not None:
-                references.append(cells_from_rank_order(slurm_nodes, job))
+                rivals["slurm-block"] = cells_from_rank_order(slurm_nodes, job)
+        references = list(rivals.values())
         best_cells = arrange(best_cells, pool, job, alpha, weights, references)
+        if topology.domains:
+            from slurm_arnold.placement.dominate import dominant
+
+            def relayout(cells: Mapping[Cell, Sequence[str]]) -> dict[Cell, list[str]]:
+                own = {c: list(n) for c, n in cells.items()}
+                return arrange(regroup(own, pool, weights), pool, job, alpha, weights,
+                               references)
+            choice = dominant(best_cells, rivals, relayout, topology, weights)
+            if choice.source != "ours":
+                best_cells, best = choice.cells, measure(choice.cells, job, topology, alpha)
+                best_name, stopped = choice.source, "traded for the tiers the rivals won"
+            dominance = choice.as_json()
     phases["arrange"] = time.monotonic() - t0 - sum(phases.values())
     dual = min(dual, best.weighted_spread)
     status = "optimal" if best.weighted_spread <= dual + 1e-9 else "gap"
@@ -303,7 +318,7 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
             "proved_by": proofs, "stopped": "proven" if status == "optimal" else stopped,
             "open_box": open_box if status == "gap" else None,
             "phase_seconds": {k: round(v, 4) for k, v in phases.items()},
-            "boxes_ruled_out": len(judge.excluded)}
+            "boxes_ruled_out": len(judge.excluded), "dominance": dominance}
     return Placement("mip", job, alpha, best_cells, best, time.monotonic() - t0,
                      round(max(gap, 0.0), 6), dual, info)
 

@@ -64,15 +64,18 @@ class Placement:
         placement has a smaller weighted spread), ``status`` (optimal or gap), ``proved_by``
         (how many spread boxes below the answer each argument ruled out), ``open_box`` (the
         cheapest box nothing decided, where the bound comes from; null when optimal),
-        ``stopped`` (proven, node limit, stalled or time limit) and ``found_by`` (what built
-        the answer: a baseline's name, ``bands``, ``bands (exact)`` or ``mip``). Null for the
-        baselines."""
+        ``stopped`` (proven, node limit, stalled, time limit, or ``traded for the tiers the
+        rivals won``), ``found_by`` (what built the answer: a baseline's name, ``bands``,
+        ``bands (exact)``, ``mip``, or ``<rival>'s nodes``) and, on a topology with NVLink
+        domains, ``dominance`` (``placement.dominate``: how many (rival, tier) pairs the
+        MIP's own answer and the one kept are worse at). Null for the baselines."""
         info = self.info
         return {"algo": self.algo, "assignment": self.assignment(),
                 "metrics": self.metrics.as_dict(), "solve_seconds": round(self.solve_seconds, 4),
                 "gap": self.gap, "dual_bound": self.dual_bound, "status": info.get("status"),
                 "proved_by": info.get("proved_by"), "open_box": info.get("open_box"),
-                "stopped": info.get("stopped"), "found_by": info.get("source")}
+                "stopped": info.get("stopped"), "found_by": info.get("source"),
+                "dominance": info.get("dominance")}
 
 
 def measure(cells: Mapping[Cell, Sequence[str]], job: JobShape, topology: Topology,
