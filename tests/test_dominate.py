@@ -11,7 +11,7 @@ from slurm_arnold.placement.baselines import BASELINES, block_rule
 from slurm_arnold.placement.dominate import dominant, regret, tier_vector
 from slurm_arnold.placement.plan import Cell, cells_from_rank_order
 from slurm_arnold.placement.weights import TierWeight
-from slurm_arnold.topology import parse_topology
+from slurm_arnold.topology import Topology, parse_topology
 
 # Two minipods (s0, s1), each of two leaves of two racks (NVLink domains) of two nodes.
 TREE = "".join(f"SwitchName=l{k} Nodes=n[{4 * k + 1:02d}-{4 * k + 4:02d}]\n" for k in range(4)) \
@@ -20,7 +20,7 @@ TREE = "".join(f"SwitchName=l{k} Nodes=n[{4 * k + 1:02d}-{4 * k + 4:02d}]\n" for
 EVEN = {t: TierWeight(0.5, 0.5) for t in ("nvlink domain", "leaf", "minipod", "core")}
 
 
-def _topology():  # type: ignore[no-untyped-def]
+def _topology() -> Topology:
     topo = parse_topology(TREE, "dominate")
     topo.domains.update({f"n{i:02d}": f"r{(i - 1) // 2}" for i in range(1, 17)})
     return topo

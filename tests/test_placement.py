@@ -189,7 +189,8 @@ def test_cli_place_json_and_errors(tmp_path: Path, isolated_config: Path) -> Non
     doc = json.loads(result.output)
     assert set(doc) == {"algo", "assignment", "metrics", "solve_seconds", "gap", "dual_bound",
                         "status", "proved_by", "open_box", "stopped", "per_tier", "found_by",
-                        "tier_objective"}
+                        "tier_objective", "dominance"}
+    assert doc["dominance"] is None  # no NVLink domains here (placement.dominate)
     assert {e["node"] for e in doc["assignment"]} <= {"x1", "x2", "x3", "x5", "x6", "x7", "x8"}
     assert doc["metrics"]["max_pp_spread"] == 1
     bad = runner.invoke(main, ["place", "--topology", str(topo_file), "--tp", "8", "--pp", "2",

@@ -3,9 +3,9 @@
 The MIP minimises the weighted spread at the minipod tier; ``placement.regroup`` and
 ``placement.arrange`` then tighten the tiers above and below it without touching that
 optimum. On a tree with NVLink domains a tier can still end up worse than Slurm's block rule
-(or a baseline) there: the minipods the MIP chose hold fragmented racks, while the rival,
-spread over more minipods, took fuller ones. The two placements are then incomparable, each
-better at some tier.
+(or a baseline, or one of the MIP's aligned warm starts) there: the minipods the MIP chose
+hold fragmented racks, while the rival, spread over more minipods, took fuller ones. The two
+placements are then incomparable, each better at some tier.
 
 ``dominant`` settles that as an admin comparing against slurmctld would ask: if ours is worse
 than some rival at some tier, it lays each rival's nodes out by our own steps (regrouped and
