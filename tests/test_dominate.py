@@ -117,3 +117,23 @@ def test_place_trades_the_minipod_optimum_only_for_a_placement_nowhere_worse() -
         assert (doc["status"], doc["stopped"]) == ("gap", "traded for the tiers the rivals won")
         assert doc["gap"] == pytest.approx(1 - doc["dual_bound"]
                                            / doc["metrics"]["weighted_spread"], abs=1e-6)
+
+
+def test_a_warm_start_is_a_source_of_nodes_but_no_rival() -> None:
+    topo = _topology()
+    ours = _cells("n01", "n03", "n05", "n07")
+    rival = _cells("n01", "n02", "n09", "n10")
+    # A source that would beat ours and the rival everywhere: as a rival it would make every
+    # candidate lose to it; as a source only, its nodes laid out win.
+    start = _cells("n01", "n09", "n02", "n10")
+    sources = {"rival": rival, "dp-aligned": start}
+    seen: list[frozenset[str]] = []
+
+    def relayout(cells: object) -> dict[Cell, list[str]]:
+        assert isinstance(cells, dict)
+        seen.append(frozenset(n for ns in cells.values() for n in ns))
+        return start
+    choice = dominant(ours, {"rival": rival}, relayout, topo, EVEN, sources)
+    assert choice.regret_after == 0 and choice.cells == start
+    # The two sources hold the same nodes: laid out once.
+    assert seen == [frozenset({"n01", "n02", "n09", "n10"})]

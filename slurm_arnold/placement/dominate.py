@@ -2,14 +2,16 @@
 
 The MIP minimises the weighted spread at the minipod tier; ``placement.regroup`` and
 ``placement.arrange`` then tighten the tiers above and below it without touching that
-optimum. On a tree with NVLink domains a tier can still end up worse than Slurm's block rule
-(or a baseline, or one of the MIP's aligned warm starts) there: the minipods the MIP chose
+optimum. On a tree with NVLink domains a tier can still end up worse than a rival's there
+(Slurm's block rule, or a baseline that keeps TP groups whole): the minipods the MIP chose
 hold fragmented racks, while the rival, spread over more minipods, took fuller ones. The two
 placements are then incomparable, each better at some tier.
 
 ``dominant`` settles that as an admin comparing against slurmctld would ask: if ours is worse
-than some rival at some tier, it lays each rival's nodes out by our own steps (regrouped and
-arranged) and keeps the candidate worse than the fewest (rival, tier) pairs, then the lowest
+than some rival at some tier, it lays each rival's nodes, and those of the MIP's own warm
+starts aligned along DP or PP (no rival, but they fill whole racks stage by stage), out by
+our own steps (regrouped and arranged) and keeps the candidate worse than the fewest (rival,
+tier) pairs, then the lowest
 objective summed over the tiers (``placement.weights``), but never one that is still worse
 somewhere *and* higher in that sum than ours: a candidate that only loses fewer tiers may be
 far worse at the minipod tier (on the NVL bench, one had a 70% larger spine spread to win a
@@ -61,12 +63,14 @@ def regret(vector: Sequence[float], bars: Sequence[Sequence[float]]) -> int:
 
 def dominant(ours: dict[Cell, list[str]], rivals: Mapping[str, Cells],
              relayout: Callable[[Cells], dict[Cell, list[str]]], topology: Topology,
-             weights: TierWeights) -> Choice:
-    """``ours`` unless it is worse than a rival at some tier and a rival's node set, passed
-    through ``relayout`` (regroup and arrange), is nowhere worse than any rival, or worse at
-    fewer (rival, tier) pairs with a summed objective no higher than ours (module docstring);
-    the fewest such pairs, then the lowest summed objective, then the first rival."""
+             weights: TierWeights, sources: Mapping[str, Cells] | None = None) -> Choice:
+    """``ours`` unless it is worse than a rival at some tier and the node set of one of the
+    ``sources`` (default: the rivals), passed through ``relayout`` (regroup and arrange), is
+    nowhere worse than any rival, or worse at fewer (rival, tier) pairs with a summed
+    objective no higher than ours (module docstring); the fewest such pairs, then the lowest
+    summed objective, then the first source."""
     bars = [tier_vector(c, topology, weights) for c in rivals.values()]
+    sources = rivals if sources is None else sources
     mine = tier_vector(ours, topology, weights)
     before = regret(mine, bars)
     best = Choice("ours", ours, before, before)
@@ -74,7 +78,7 @@ def dominant(ours: dict[Cell, list[str]], rivals: Mapping[str, Cells],
         return best
     best_key = (before, sum(mine))
     seen: set[frozenset[str]] = set()
-    for name, cells in rivals.items():
+    for name, cells in sources.items():
         nodes = frozenset(n for ns in cells.values() for n in ns)
         if nodes in seen:  # the same nodes laid out again give the same answer
             continue

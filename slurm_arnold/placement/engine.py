@@ -305,7 +305,10 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
                 own = {c: list(n) for c, n in cells.items()}
                 return arrange(regroup(own, pool, weights), pool, job, alpha, weights,
                                references)
-            choice = dominant(best_cells, rivals, relayout, topology, weights)
+            # The rivals an admin compares with are Slurm's and the baselines; the MIP's own
+            # aligned warm starts are no rival, but their nodes are candidates.
+            theirs = {n: c for n, c in rivals.items() if not n.endswith("-aligned")}
+            choice = dominant(best_cells, theirs, relayout, topology, weights, rivals)
             if choice.source != "ours":
                 best_cells, best = choice.cells, measure(choice.cells, job, topology, alpha)
                 best_name, stopped = choice.source, "traded for the tiers the rivals won"
