@@ -39,6 +39,7 @@ from slurm_arnold.options import (
 )
 from slurm_arnold.placement import Parallelism, Placement, place
 from slurm_arnold.placement.align import alpha_from_model, auto_alpha, parse_bytes
+from slurm_arnold.placement.dominate import explain
 from slurm_arnold.placement.engine import (
     ALGOS,
     DEFAULT_TIME_LIMIT,
@@ -413,6 +414,9 @@ def _print_placement(result: Placement, topo: Topology, par: Parallelism | None 
     console.print(f"max DP spread {m.max_dp_spread}, max PP spread {m.max_pp_spread}, "
                   f"weighted {m.weighted_spread}, minipods used {m.minipods_used}, "
                   f"solved in {result.solve_seconds:.2f} s, gap {gap}")
+    traded = explain(result.info.get("dominance") if result.info else None)
+    if traded:
+        console.print(traded)
 
 
 @main.command("sim")

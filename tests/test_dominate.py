@@ -8,7 +8,7 @@ import pytest
 
 from slurm_arnold.placement import JobShape, place
 from slurm_arnold.placement.baselines import BASELINES, block_rule
-from slurm_arnold.placement.dominate import dominant, regret, tier_vector
+from slurm_arnold.placement.dominate import dominant, explain, regret, tier_vector
 from slurm_arnold.placement.plan import Cell, cells_from_rank_order
 from slurm_arnold.placement.weights import TierWeight
 from slurm_arnold.topology import Topology, parse_topology
@@ -112,6 +112,10 @@ def test_place_trades_the_minipod_optimum_only_for_a_placement_nowhere_worse() -
     # The trade is reported honestly: the minipod objective is above the MIP's bound.
     doc = got.as_json()
     assert doc["dominance"]["source"] != "ours"
+    line = explain(doc["dominance"])
+    assert line is not None and doc["dominance"]["source"] in line and "nowhere worse" in line
+    assert explain({"source": "ours", "rival_tiers_worse_before": 2,
+                    "rival_tiers_worse_after": 2}) is None and explain(None) is None
     assert doc["dual_bound"] <= doc["metrics"]["weighted_spread"] + 1e-9
     if doc["metrics"]["weighted_spread"] > doc["dual_bound"] + 1e-9:
         assert (doc["status"], doc["stopped"]) == ("gap", "traded for the tiers the rivals won")

@@ -92,3 +92,15 @@ def dominant(ours: dict[Cell, list[str]], rivals: Mapping[str, Cells],
             best_key = key
             best = Choice(f"{name}'s nodes", candidate, before, key[0])
     return best
+
+
+def explain(dominance: Mapping[str, object] | None) -> str | None:
+    """One line for ``arnold place``'s table when ``info["dominance"]`` (``Choice.as_json``)
+    says the MIP's own answer was traded; None when it was kept."""
+    if not dominance or dominance.get("source") == "ours":
+        return None
+    before, after = dominance["rival_tiers_worse_before"], dominance["rival_tiers_worse_after"]
+    where = "nowhere worse than them" if after == 0 else f"worse at {after}"
+    return (f"kept {dominance['source']} laid out by arnold: the MIP's own answer was worse "
+            f"than Slurm's block rule or a baseline at {before} (rival, tier) pairs, this one "
+            f"is {where}; the gap is what that cost at the minipod tier")
