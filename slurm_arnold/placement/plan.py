@@ -63,7 +63,8 @@ class Placement:
         """The ``arnold place --json`` object. For the MIP also the proof: ``dual_bound`` (no
         placement has a smaller weighted spread), ``status`` (optimal or gap), ``proved_by``
         (how many spread boxes below the answer each argument ruled out), ``open_box`` (the
-        cheapest box nothing decided, where the bound comes from; null when optimal),
+        cheapest box nothing decided, where the bound comes from; null when optimal or
+        when the bound is proven and the gap is a trade),
         ``stopped`` (proven, node limit, stalled, time limit, or ``traded for the tiers the
         rivals won``), ``found_by`` (what built the answer: a baseline's name, ``bands``,
         ``bands (exact)``, ``mip``, or ``<rival>'s nodes``) and, on a topology with NVLink
