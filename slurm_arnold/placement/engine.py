@@ -306,9 +306,12 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
                 return arrange(regroup(own, pool, weights), pool, job, alpha, weights,
                                references)
             # The rivals an admin compares with are Slurm's and the baselines; the MIP's own
-            # aligned warm starts are no rival, but their nodes are candidates.
+            # aligned warm starts are no rival, but their nodes are candidates. Laying nodes
+            # out keeps their minipod spreads, so candidates within max_spreads stay within.
             theirs = {n: c for n, c in rivals.items() if not n.endswith("-aligned")}
-            choice = dominant(best_cells, theirs, relayout, topology, weights, rivals)
+            sources = {n: c for n, c in rivals.items()
+                       if within(measure(c, job, topology, alpha))}
+            choice = dominant(best_cells, theirs, relayout, topology, weights, sources)
             if choice.source != "ours":
                 best_cells, best = choice.cells, measure(choice.cells, job, topology, alpha)
                 best_name, stopped = choice.source, "traded for the tiers the rivals won"
