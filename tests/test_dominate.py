@@ -164,3 +164,14 @@ def test_a_warm_start_is_a_source_of_nodes_but_no_rival() -> None:
     assert choice.regret_after == 0 and choice.cells == start
     # The two sources hold the same nodes: laid out once.
     assert seen == [frozenset({"n01", "n02", "n09", "n10"})]
+
+
+def test_past_the_deadline_no_rival_is_laid_out() -> None:
+    topo = _topology()
+    ours = _cells("n01", "n03", "n05", "n07")
+    rival = _cells("n01", "n02", "n09", "n10")
+
+    def never(_: object) -> dict[Cell, list[str]]:
+        raise AssertionError("past the deadline: nothing to lay out")
+    choice = dominant(ours, {"rival": rival}, never, topo, EVEN, deadline=0.0)
+    assert choice.source == "ours" and choice.regret_after == choice.regret_before > 0

@@ -22,6 +22,7 @@ the summed objective's mean ratio to the block rule (docs/placement.md).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -63,12 +64,14 @@ def regret(vector: Sequence[float], bars: Sequence[Sequence[float]]) -> int:
 
 def dominant(ours: dict[Cell, list[str]], rivals: Mapping[str, Cells],
              relayout: Callable[[Cells], dict[Cell, list[str]]], topology: Topology,
-             weights: TierWeights, sources: Mapping[str, Cells] | None = None) -> Choice:
+             weights: TierWeights, sources: Mapping[str, Cells] | None = None,
+             deadline: float | None = None) -> Choice:
     """``ours`` unless it is worse than a rival at some tier and the node set of one of the
     ``sources`` (default: the rivals), passed through ``relayout`` (regroup and arrange), is
     nowhere worse than any rival, or worse at fewer (rival, tier) pairs with a summed
     objective no higher than ours (module docstring); the fewest such pairs, then the lowest
-    summed objective, then the first source."""
+    summed objective, then the first source. Past ``deadline`` (``time.monotonic()``) no
+    further source is laid out: the placement's time limit is a safety net for the whole."""
     bars = [tier_vector(c, topology, weights) for c in rivals.values()]
     sources = rivals if sources is None else sources
     mine = tier_vector(ours, topology, weights)
@@ -79,6 +82,8 @@ def dominant(ours: dict[Cell, list[str]], rivals: Mapping[str, Cells],
     best_key = (before, sum(mine))
     seen: set[frozenset[str]] = set()
     for name, cells in sources.items():
+        if deadline is not None and time.monotonic() > deadline:
+            break
         nodes = frozenset(n for ns in cells.values() for n in ns)
         if nodes in seen:  # the same nodes laid out again give the same answer
             continue

@@ -311,7 +311,8 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
             theirs = {n: c for n, c in rivals.items() if not n.endswith("-aligned")}
             sources = {n: c for n, c in rivals.items()
                        if within(measure(c, job, topology, alpha))}
-            choice = dominant(best_cells, theirs, relayout, topology, weights, sources)
+            choice = dominant(best_cells, theirs, relayout, topology, weights, sources,
+                              deadline=t0 + time_limit / (1 - FINISH_SHARE))
             if choice.source != "ours":
                 best_cells, best = choice.cells, measure(choice.cells, job, topology, alpha)
                 best_name, stopped = choice.source, "traded for the tiers the rivals won"
