@@ -175,3 +175,27 @@ def test_past_the_deadline_no_rival_is_laid_out() -> None:
         raise AssertionError("past the deadline: nothing to lay out")
     choice = dominant(ours, {"rival": rival}, never, topo, EVEN, deadline=0.0)
     assert choice.source == "ours" and choice.regret_after == choice.regret_before > 0
+
+
+def test_looser_band_layouts_stay_in_their_boxes() -> None:
+    from slurm_arnold.placement.engine import LOOSER_BOXES, _looser_layouts
+    from slurm_arnold.placement.plan import measure
+    from slurm_arnold.placement.pool import Pool
+
+    topo, free, job = _traded_case(33)
+    pool = Pool.build(topo, free, job)
+    ours = place(topo, free, job, algo="mip", alpha=0.5, lower_tiers=False).metrics
+    upto = ours.weighted_spread + 2
+    got = _looser_layouts(pool.capacities(), pool, job, 0.5, ours.weighted_spread, upto,
+                          (99, 99))
+    assert 0 < len(got) <= LOOSER_BOXES
+    for name, cells in got.items():
+        a, b = (int(x) for x in name.removeprefix("bands ").split("x"))
+        m = measure(cells, job, topo, 0.5)
+        assert m.max_dp_spread <= a and m.max_pp_spread <= b
+        assert ours.weighted_spread < 0.5 * a + 0.5 * b <= upto
+        nodes = [n for ns in cells.values() for n in ns]
+        assert len(nodes) == len(set(nodes)) == job.nodes and set(nodes) <= set(free)
+    # Capped at the MIP's own spreads, no looser box is left.
+    assert _looser_layouts(pool.capacities(), pool, job, 0.5, ours.weighted_spread, upto,
+                           (ours.max_dp_spread, ours.max_pp_spread)) == {}

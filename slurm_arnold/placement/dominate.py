@@ -8,10 +8,11 @@ hold fragmented racks, while the rival, spread over more minipods, took fuller o
 placements are then incomparable, each better at some tier.
 
 ``dominant`` settles that as an admin comparing against slurmctld would ask: if ours is worse
-than some rival at some tier, it lays each rival's nodes, and those of the MIP's own warm
-starts aligned along DP or PP (no rival, but they fill whole racks stage by stage), out by
-our own steps (regrouped and arranged) and keeps the candidate worse than the fewest (rival,
-tier) pairs, then the lowest
+than some rival at some tier, it lays each rival's nodes, those of the MIP's own warm starts
+aligned along DP or PP (no rival, but they fill whole racks stage by stage) and band layouts
+in a few spread boxes looser than the MIP's (more minipods to take fuller racks from; the
+engine's ``LOOSER_BOXES``), out by our own steps (regrouped and arranged) and keeps the
+candidate worse than the fewest (rival, tier) pairs, then the lowest
 objective summed over the tiers (``placement.weights``), but never one that is still worse
 somewhere *and* higher in that sum than ours: a candidate that only loses fewer tiers may be
 far worse at the minipod tier (on the NVL bench, one had a 70% larger spine spread to win a
