@@ -398,9 +398,13 @@ def stage_model(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: L
         bw, lat = _tier(network, span_level(0, ep_span, gpus_per_node, leaf_nodes))
         layer_comm += 2 * passes * ((ep - 1) / ep * tokens_bytes / bw + (ep - 1) * lat)
     message = BYTES_PER_VALUE * b * s * h / cp / (tp if layout.sequence_parallel else 1)
-    boundary = tuple(_tier(network, lv)[1] + message / _tier(network, lv)[0] for lv in bounds)
+    links = {lv: _tier(network, lv) for lv in set(bounds)}  # few tiers, many boundaries
+    boundary = tuple(links[lv][1] + message / links[lv][0] for lv in bounds)
     embeddings = _embeddings(model, p)
-    emb_states = tuple(_state_bytes(model, layout, 0, e) for e in embeddings)
+    # Most stages hold no embedding: price each distinct amount once (deep pipelines have
+    # dozens of stages, and the search prices thousands of layouts).
+    states = {e: _state_bytes(model, layout, 0, e) for e in set(embeddings)}
+    emb_states = tuple(states[e] for e in embeddings)
     # DP: gradients all-reduced across DP x CP replicas (reduce-scatter for ZeRO-2/3, the same
     # bytes), plus ZeRO-3's two parameter all-gathers; dense and expert parameters alike.
     n_dp = layout.dp * cp
