@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -26,7 +28,7 @@ from slurm_arnold.plan.cost import (
     stage_model,
     state_bytes_per_gpu,
 )
-from slurm_arnold.plan.nest import best_cut, brute_force_cut
+from slurm_arnold.plan.nest import best_cut, brute_force_cut, recursion_cut
 from slurm_arnold.plan.reference import (
     CALIBRATION_ROWS,
     FLASH_RUNS,
@@ -45,6 +47,7 @@ from slurm_arnold.plan.search import search
 TABLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "reference" / \
     "megatron-sc21-table1.csv"
 A100 = GPUS["a100-80g"]
+H100 = GPUS["h100-80g"]
 
 
 def _table() -> list:  # type: ignore[type-arg]
@@ -281,6 +284,23 @@ def test_block_times_add_up_to_the_stage_slots(recompute: str) -> None:
     assert times["message_bytes"] == 2 * 2 * 2048 * 4096 / 4
     # B carries the scores' gradients and any recomputation; W is the weight matmuls alone.
     assert times["tb"][0] > times["tf"][0] > times["tw"][0]
+
+
+def test_the_threshold_search_gives_the_recursions_cut() -> None:
+    # best_cut finds NEST's recursion's answer another way; on every template of a deep model
+    # (pipelines of 2 to 80 stages, memory from tight to ample) both give the same cut.
+    m = MODELS["llama3-70b"]
+    compared = infeasible = 0
+    for tp, pp, mb, recompute in itertools.product((2, 8), (2, 5, 16, 40, 80), (1, 2),
+                                                   ("none", "full")):
+        sm = stage_model(m, H100, SELENE, Layout(tp, pp, 4, micro_batch=mb,
+                                                 recompute=recompute), 1024)
+        for limit in (12e9, 40e9, 80e9, math.inf):
+            fast, slow = best_cut(sm, m.layers, limit), recursion_cut(sm, m.layers, limit)
+            assert fast == slow, (tp, pp, mb, recompute, limit)
+            compared += 1
+            infeasible += not fast[1]
+    assert compared == 160 and 0 < infeasible < compared
 
 
 def test_an_infeasible_memory_limit_has_no_cut() -> None:

@@ -22,6 +22,8 @@ the same bottleneck it keeps stages as equal as it can (less DP synchronisation 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from slurm_arnold.plan.cost import StageModel
@@ -32,38 +34,87 @@ INFEASIBLE = float("inf")
 def best_cut(sm: StageModel, layers: int, memory_limit: float) -> tuple[float, tuple[int, ...]]:
     """(the smallest bottleneck slot, layers per stage) over every cut of ``layers`` layers into
     ``sm.pp`` non-empty stages that fits in ``memory_limit`` bytes per GPU; ``(inf, ())`` when
-    none fits."""
+    none fits.
+
+    The recursion's answer (``recursion_cut``), found faster: a stage's slot and memory grow
+    linearly with its layers, so for a bottleneck B stage k holds at most ``caps_k(B)`` layers
+    (those whose slot is <= B and that fit), and a cut reaching B exists iff every cap is >= 1
+    and they sum to at least ``layers``. The bottleneck is one stage's slot, so the answer is
+    the smallest such candidate: one sorted search per stage over all candidates, O(p L log)
+    against the recursion's O(p L^2)."""
     p = sm.pp
     if p > layers:
         return INFEASIBLE, ()
+    slots = _stage_slots(sm, layers, memory_limit)
+    candidates = np.unique(slots)
+    candidates = candidates[np.isfinite(candidates)]
+    if not candidates.size:
+        return INFEASIBLE, ()
+    # slots[k] rises with the layers (infeasible counts last), so a sorted search counts them.
+    caps = np.stack([np.searchsorted(row, candidates, side="right") for row in slots])
+    reach = (caps.min(axis=0) >= 1) & (caps.sum(axis=0) >= layers)
+    if not reach.any():
+        return INFEASIBLE, ()
+    first = int(np.argmax(reach))
+    value = float(candidates[first])
+    balanced = _balanced(sm, layers, memory_limit, value)
+    if balanced:
+        return value, balanced
+    cut, left = [], layers  # reached only if rounding defeats _balanced: fill stages in order
+    for k in range(p):
+        cut.append(int(min(caps[k, first], left - (p - k - 1))))
+        left -= cut[-1]
+    return value, tuple(cut)
+
+
+def _stage_slots(sm: StageModel, layers: int, memory_limit: float) -> np.ndarray:
+    """stages x layers: stage k's slot holding n = 1..layers layers, inf where they do not fit."""
     n = np.arange(1, layers + 1, dtype=float)
+    out = np.empty((sm.pp, layers))
+    for k in range(sm.pp):
+        fits = n * _per_layer_bytes(sm, k) + sm.embedding_state_bytes[k] <= memory_limit
+        out[k] = np.where(fits, n * sm.layer_seconds + sm.slot(k, 0), INFEASIBLE)
+    return out
+
+
+def recursion_cut(sm: StageModel, layers: int,
+                  memory_limit: float) -> tuple[float, tuple[int, ...]]:
+    """NEST's recursion itself, backwards over the stages (the module docstring): what
+    ``best_cut`` must equal (tests compare them), O(p L^2)."""
+    p = sm.pp
+    if p > layers:
+        return INFEASIBLE, ()
+    slots = _stage_slots(sm, layers, memory_limit)
     # best[j]: the bottleneck of layers j.. on the stages after the current one.
     best = np.full(layers + 1, INFEASIBLE)
     best[layers] = -INFEASIBLE  # no layers left on no stages: neutral for max
     choice = np.zeros((p, layers + 1), dtype=np.int64)
     for k in range(p - 1, -1, -1):
-        slot = (n * sm.layer_seconds + sm.slot(k, 0))
-        fits = n * _per_layer_bytes(sm, k) + sm.embedding_state_bytes[k] <= memory_limit
-        load = np.where(fits, slot, INFEASIBLE)
         # after[j, i] = best[j + i + 1]: the rest when this stage takes i + 1 layers from j.
         padded = np.concatenate([best, np.full(layers, INFEASIBLE)])
-        after = np.lib.stride_tricks.sliding_window_view(padded[1:], layers)[: layers + 1]
-        cost = np.maximum(load[None, :], after)
+        cost = np.maximum(slots[k][None, :], padded[_rest_index(layers)])
         take = np.argmin(cost, axis=1)
-        new = cost[np.arange(layers + 1), take]
+        best = cost[np.arange(layers + 1), take]
         choice[k] = take + 1
-        best = new
     value = float(best[0])
     if value == INFEASIBLE:
         return INFEASIBLE, ()
     balanced = _balanced(sm, layers, memory_limit, value)
     if balanced:
         return value, balanced
-    cut, j = [], 0  # the recursion's own choices (reached only if rounding defeats _balanced)
+    cut, j = [], 0
     for k in range(p):
         cut.append(int(choice[k][j]))
         j += cut[-1]
     return value, tuple(cut)
+
+
+@functools.cache
+def _rest_index(layers: int) -> np.ndarray:
+    """``[j, i] -> j + i + 1`` for j in 0..layers, i in 0..layers - 1: where, in ``best``
+    padded by ``layers`` infeasible entries, the rest starts when a stage takes i + 1 layers
+    from layer j (one gather per stage instead of a strided view)."""
+    return np.arange(layers + 1)[:, None] + np.arange(1, layers + 1)[None, :]
 
 
 def _per_layer_bytes(sm: StageModel, k: int) -> float:

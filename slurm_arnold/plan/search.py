@@ -6,8 +6,8 @@ layers with DP the rest of the GPUs; the rank order (``tp-dp-pp``: compact DP gr
 ``tp-pp-dp``: compact pipelines), which sets the network level of every group and stage
 boundary; micro-batch dividing the per-replica batch (up to 8); recomputation none, selective,
 full; interleaving 1, 2, 4 where equal stages divide; ZeRO 0-3; and, without interleaving, any
-cut of the layers into stages, found by NEST's dynamic program (``nest.best_cut``) with memory
-feasibility inside the recursion.
+cut of the layers into stages: NEST's dynamic program's answer (``nest.best_cut``, which
+finds the recursion's cut by a threshold search) with memory feasibility inside it.
 """
 
 from __future__ import annotations
