@@ -15,10 +15,11 @@ engine's ``LOOSER_BOXES``), out by our own steps (regrouped and arranged) and ke
 candidate worse than the fewest (rival, tier) pairs, then the lowest
 objective summed over the tiers (``placement.weights``), but never one that is still worse
 somewhere *and* higher in that sum than ours: a candidate that only loses fewer tiers may be
-far worse at the minipod tier (on the NVL bench, one had a 70% larger spine spread to win a
-rack and a leaf back). A trade costs the minipod objective, and the placement's gap shows it.
-On `arnold bench placement --nvl` this lowered both the cases lost to a rival at some tier and
-the summed objective's mean ratio to the block rule (docs/placement.md).
+far worse at the minipod tier (in development on the NVL bench, one had a 70% larger spine
+spread to win a rack and a leaf back). A trade costs the minipod objective, and the
+placement's gap shows it. On `arnold bench placement --nvl` this lowered both the cases lost
+to a rival at some tier and the summed objective's mean ratio to the block rule
+(docs/placement.md).
 """
 
 from __future__ import annotations

@@ -309,20 +309,22 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
             # aligned warm starts are no rival, but their nodes are candidates. Laying nodes
             # out keeps their minipod spreads, so candidates within max_spreads stay within.
             theirs = {n: c for n, c in rivals.items() if not n.endswith("-aligned")}
-            sources = {n: c for n, c in rivals.items()
-                       if within(measure(c, job, topology, alpha))}
+            rival_metrics = {n: scored[n] if n in scored else measure(c, job, topology, alpha)
+                             for n, c in rivals.items()}
+            sources = {n: c for n, c in rivals.items() if within(rival_metrics[n])}
             if theirs:
                 # Band layouts in boxes looser than ours but no looser than the best rival's
                 # minipod tier: more minipods to take fuller racks from, at no regret there.
-                top = min(measure(c, job, topology, alpha).weighted_spread
-                          for c in theirs.values())
+                top = min(rival_metrics[n].weighted_spread for n in theirs)
                 sources |= _looser_layouts(caps, pool, job, alpha, best.weighted_spread, top,
                                            (cap_dp, cap_pp))
             choice = dominant(best_cells, theirs, relayout, topology, weights, sources,
                               deadline=t0 + time_limit / (1 - FINISH_SHARE))
             if choice.source != "ours":
                 best_cells, best = choice.cells, measure(choice.cells, job, topology, alpha)
-                best_name, stopped = choice.source, "traded for the tiers the rivals won"
+                best_name = choice.source
+                if stopped == "proven":  # a search stopped by its limits keeps saying so
+                    stopped = "traded for the tiers the rivals won"
             dominance = choice.as_json()
     phases["arrange"] = time.monotonic() - t0 - sum(phases.values())
     dual = min(dual, best.weighted_spread)
@@ -338,10 +340,10 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
 
 
 #: Band layouts in looser boxes that ``placement.dominate`` may lay out (the cheapest boxes
-#: first). On `arnold bench placement --nvl` (its 24 cases, development runs) every box up to
-#: the rivals' gave the best summed objective (ours / block rule 0.919 at 100k GPUs, 0.844 on
-#: the 30k trees, against 0.932 and 0.881 with none) but 2.7 x the wall p95 at 100k; three
-#: gave most of it (0.925, 0.848) at 1.6 x.
+#: first). On `arnold bench placement --nvl` (its 24 cases; development runs with this set to
+#: 0, 3 and 99) every box up to the rivals' gave the best summed objective (ours / block rule
+#: 0.919 at 100k GPUs, 0.844 on the 30k trees, against 0.932 and 0.881 with none) but 2.7 x
+#: the wall p95 at 100k; three gave most of it (0.925, 0.848) at 1.6 x.
 LOOSER_BOXES = 3
 
 
