@@ -229,6 +229,17 @@ def summarise(cases: list[dict[str, Any]]) -> dict[str, Any]:
             "traded_nowhere_worse": sum(c["dominance"]["source"] != "ours"
                                         and not c["dominance"]["rival_tiers_worse_after"]
                                         for c in mine if c["dominance"]),
+            # When no candidate was nowhere worse: the tier model (built only up to
+            # engine.TIER_MAX_VARS), what it found or proved, and the unit-moving repair.
+            "tier_model_built": sum(bool(c["dominance"].get("tier_model"))
+                                    for c in mine if c["dominance"]),
+            "tier_model_kept": sum(c["dominance"]["source"] == "the tier model"
+                                   for c in mine if c["dominance"]),
+            "tier_model_proven_impossible": sum(
+                bool((c["dominance"].get("tier_model") or {}).get("proven_impossible"))
+                for c in mine if c["dominance"]),
+            "units_moved": sum(c["dominance"]["source"].endswith("units moved")
+                               for c in mine if c["dominance"]),
             "ratio_to_block_rule_mean": round(sum(block) / len(block), 4) if block else None,
             "whole_racks_left_mean": {
                 algo: round(sum(c["whole_racks_left"][algo] for c in mine) / len(mine), 1)
@@ -312,7 +323,9 @@ def markdown(result: dict[str, Any], command: str) -> str:
               "by their weighted sum; where ours is still worse than a rival (the block rule or a "
               "valid baseline) at some tier, `placement.dominate` lays the rivals' nodes, "
               "those of the MIP's aligned warm starts and band layouts in a few looser "
-              "spread boxes out by the same steps and keeps one "
+              "spread boxes out by the same steps, then the MIP again on the free nodes "
+              "where a rival beat it (at most two regions, each at most half the free "
+              "nodes), and keeps one "
               "nowhere worse than every rival, or worse at fewer tiers without a higher "
               "summed objective: that trades the spine optimum away, so ours / block rule at "
               "the spine tier is above the MIP's own; the three steps' share of ours' wall "
@@ -323,6 +336,16 @@ def markdown(result: dict[str, Any], command: str) -> str:
               + ", ".join(f"{s['mip_lost_a_tier']} of {s['cases']} cases at {scale} GPUs "
                           f"(traded in {s['traded']}, {s['traded_nowhere_worse']} of them "
                           "for one nowhere worse)"
+                          for scale, s in result["summary"].items()) + ". Where no "
+              "candidate was nowhere worse, the tier model (`placement.tiermip`: every tier "
+              "held to the rivals' best, solved by SCIP, or proven impossible) was built in "
+              + ", ".join(f"{s['tier_model_built']} cases at {scale} GPUs (kept in "
+                          f"{s['tier_model_kept']}, proven impossible in "
+                          f"{s['tier_model_proven_impossible']})"
+                          for scale, s in result["summary"].items())
+              + " (larger models are not built), and moving single TP groups "
+              "(`placement.repair`) won the tiers back in "
+              + ", ".join(f"{s['units_moved']} at {scale} GPUs"
                           for scale, s in result["summary"].items()) + ".", "",
               "| scale | tier | ours / block rule, mean | the same without choosing and "
               "arranging the minipods | cases worse than block rule | cases worse than a "

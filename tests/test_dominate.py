@@ -8,7 +8,13 @@ import pytest
 
 from slurm_arnold.placement import JobShape, place
 from slurm_arnold.placement.baselines import BASELINES, block_rule
-from slurm_arnold.placement.dominate import dominant, explain, regret, tier_vector
+from slurm_arnold.placement.dominate import (
+    dominant,
+    explain,
+    regret,
+    rival_regions,
+    tier_vector,
+)
 from slurm_arnold.placement.plan import Cell, cells_from_rank_order
 from slurm_arnold.placement.weights import TierWeight
 from slurm_arnold.topology import Topology, parse_topology
@@ -199,3 +205,64 @@ def test_looser_band_layouts_stay_in_their_boxes() -> None:
     # Capped at the MIP's own spreads, no looser box is left.
     assert _looser_layouts(pool.capacities(), pool, job, 0.5, ours.weighted_spread, upto,
                            (ours.max_dp_spread, ours.max_pp_spread)) == {}
+
+
+def test_rival_regions_are_the_free_nodes_where_a_rival_beat_us() -> None:
+    topo = _topology()
+    ours = _cells("n01", "n03", "n05", "n07")  # one minipod, both its leaves, four racks
+    rival = _cells("n01", "n02", "n09", "n10")  # racks r0 and r4, leaves l0 and l2
+    free = topo.nodes
+    regions = rival_regions(ours, {"rival": rival}, free, topo, EVEN, most=len(free))
+    # Beaten at the rack tier only (one rack per DP group against two): the rival's racks.
+    mine, theirs = tier_vector(ours, topo, EVEN), tier_vector(rival, topo, EVEN)
+    assert [a > b for a, b in zip(mine, theirs, strict=True)] == [True, False, False, False]
+    assert regions == {"the MIP within rival's NVLink domains": ["n01", "n02", "n09", "n10"]}
+    # A region above the size allowed is left out; nothing where ours is not beaten.
+    assert rival_regions(ours, {"rival": rival}, free, topo, EVEN, most=3) == {}
+    assert rival_regions(ours, {"same": dict(ours)}, free, topo, EVEN, most=16) == {}
+    # Two rivals beating us in the same racks give one region.
+    twice = rival_regions(ours, {"a": rival, "b": dict(rival)}, free, topo, EVEN, most=16)
+    assert list(twice) == ["the MIP within a's NVLink domains"]
+
+
+def test_costly_candidates_are_made_only_while_none_is_nowhere_worse() -> None:
+    topo = _topology()
+    ours = _cells("n01", "n03", "n05", "n07")
+    rival = _cells("n01", "n02", "n09", "n10")
+    better = _cells("n01", "n09", "n02", "n10")
+    made: list[str] = []
+
+    def maker(name: str, cells: dict[Cell, list[str]] | None):  # type: ignore[no-untyped-def]
+        def make() -> dict[Cell, list[str]] | None:
+            made.append(name)
+            return cells
+        return make
+    costly = {"none found": maker("none found", None), "found": maker("found", better),
+              "never": maker("never", better)}
+    def same(cells: object) -> dict[Cell, list[str]]:
+        assert isinstance(cells, dict)
+        return cells
+    choice = dominant(ours, {"rival": rival}, same, topo, EVEN, sources={}, costly=costly)
+    assert made == ["none found", "found"]  # the third is not made: one is nowhere worse
+    assert choice.source == "found" and choice.regret_after == 0
+    # A cheap source already nowhere worse: no costly candidate is made at all.
+    made.clear()
+    choice = dominant(ours, {"rival": rival}, lambda _: better, topo, EVEN, costly=costly)
+    assert made == [] and choice.source == "rival's nodes"
+
+
+def test_the_mip_within_a_rivals_region_wins_a_tier_back() -> None:
+    """`arnold bench placement --nvl`'s 30k-GPU case with four switch tiers where the MIP's
+    own answer spans two super-spine groups and topo-aware's one: the MIP again, on the
+    free nodes of topo-aware's super-spine group, is nowhere worse than any rival."""
+    from benchmarks.clusters import fragment
+    from benchmarks.placement_nvl import nvl_cluster
+
+    rng = random.Random("0-nvl-30k-deep-1")
+    topo = nvl_cluster(30_000, rng, 3)
+    free = fragment(topo, 0.7, rng)
+    unit = 4 * 8 // 4
+    job = JobShape.from_nodes(int(len(free) * 0.25) // unit * unit, 8, 4, 4)
+    got = place(topo, free, job, algo="mip", alpha=0.5).info["dominance"]
+    assert got["source"] == "the MIP within topo-aware's level 2 switches"
+    assert (got["rival_tiers_worse_before"], got["rival_tiers_worse_after"]) == (1, 0)

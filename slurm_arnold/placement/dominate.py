@@ -28,7 +28,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from slurm_arnold.placement.plan import Cell, spreads_per_tier
+from slurm_arnold.blocks import DOMAIN
+from slurm_arnold.placement.plan import Cell, spreads_per_tier, tier_places
 from slurm_arnold.placement.weights import TierWeights
 from slurm_arnold.topology import Topology
 
@@ -64,16 +65,45 @@ def regret(vector: Sequence[float], bars: Sequence[Sequence[float]]) -> int:
                if ours > theirs + 1e-9)
 
 
+def rival_regions(ours: Cells, rivals: Mapping[str, Cells], free: Sequence[str],
+                  topology: Topology, weights: TierWeights, most: int) -> dict[str, list[str]]:
+    """For each (rival, tier) where ``ours`` is worse than the rival: the ``free`` nodes under
+    the places (NVLink domains or switches) the rival's nodes occupy at that tier, named
+    ``the MIP within <rival>'s <places>``, smallest first; a region of more than ``most``
+    nodes, or one met before, is left out."""
+    mine = tier_vector(ours, topology, weights)
+    places = tier_places(topology)
+    regions: dict[str, list[str]] = {}
+    seen: set[frozenset[str]] = set()
+    for rival, cells in rivals.items():
+        theirs = tier_vector(cells, topology, weights)
+        for (tier, where), a, b in zip(places, mine, theirs, strict=True):
+            if a <= b + 1e-9:
+                continue
+            used = {where(n) for ns in cells.values() for n in ns}
+            region = [n for n in free if where(n) in used]
+            key = frozenset(region)
+            if len(region) > most or key in seen:
+                continue
+            seen.add(key)
+            kind = "NVLink domains" if tier == DOMAIN else f"{tier} switches"
+            regions[f"the MIP within {rival}'s {kind}"] = region
+    return dict(sorted(regions.items(), key=lambda item: len(item[1])))
+
+
 def dominant(ours: dict[Cell, list[str]], rivals: Mapping[str, Cells],
              relayout: Callable[[Cells], dict[Cell, list[str]]], topology: Topology,
              weights: TierWeights, sources: Mapping[str, Cells] | None = None,
-             deadline: float | None = None) -> Choice:
+             deadline: float | None = None,
+             costly: Mapping[str, Callable[[], Cells | None]] | None = None) -> Choice:
     """``ours`` unless it is worse than a rival at some tier and the node set of one of the
     ``sources`` (default: the rivals), passed through ``relayout`` (regroup and arrange), is
     nowhere worse than any rival, or worse at fewer (rival, tier) pairs with a summed
     objective no higher than ours (module docstring); the fewest such pairs, then the lowest
-    summed objective, then the first source. Past ``deadline`` (``time.monotonic()``) no
-    further source is laid out: the placement's time limit is a safety net for the whole."""
+    summed objective, then the first source. ``costly`` candidates (named as they will be
+    reported; None: nothing found) are made only after every source, and only while no
+    candidate so far is nowhere worse. Past ``deadline`` (``time.monotonic()``) no further
+    candidate is made or laid out: the placement's time limit is a safety net for the whole."""
     bars = [tier_vector(c, topology, weights) for c in rivals.values()]
     sources = rivals if sources is None else sources
     mine = tier_vector(ours, topology, weights)
@@ -83,9 +113,21 @@ def dominant(ours: dict[Cell, list[str]], rivals: Mapping[str, Cells],
         return best
     best_key = (before, sum(mine))
     seen: set[frozenset[str]] = set()
-    for name, cells in sources.items():
+    named: list[tuple[str, Cells | Callable[[], Cells | None]]] = [
+        (f"{name}'s nodes", cells) for name, cells in sources.items()]
+    named += list((costly or {}).items())
+    for name, made in named:
         if deadline is not None and time.monotonic() > deadline:
             break
+        if callable(made):
+            if best_key[0] == 0:
+                break
+            found = made()
+            if found is None:
+                continue
+            cells = found
+        else:
+            cells = made
         nodes = frozenset(n for ns in cells.values() for n in ns)
         if nodes in seen:  # the same nodes laid out again give the same answer
             continue
@@ -97,16 +139,25 @@ def dominant(ours: dict[Cell, list[str]], rivals: Mapping[str, Cells],
             continue  # worse somewhere and worse in sum: no trade
         if key < best_key and (key[0] < best_key[0] or key[1] < best_key[1] - 1e-9):
             best_key = key
-            best = Choice(f"{name}'s nodes", candidate, before, key[0])
+            best = Choice(name, candidate, before, key[0])
     return best
 
 
 def explain(dominance: Mapping[str, object] | None) -> str | None:
-    """One line for ``arnold place``'s table when ``info["dominance"]`` (``Choice.as_json``)
-    says the MIP's own answer was traded; None when it was kept."""
-    if not dominance or dominance.get("source") == "ours":
+    """One line for ``arnold place``'s table when ``info["dominance"]`` (``Choice.as_json``,
+    with the tier model's record under ``tier_model``) says the MIP's own answer was traded,
+    or that no placement could be nowhere worse than the rivals; None otherwise."""
+    if not dominance:
         return None
     before, after = dominance["rival_tiers_worse_before"], dominance["rival_tiers_worse_after"]
+    model = dominance.get("tier_model")
+    proven = isinstance(model, Mapping) and model.get("proven_impossible")
+    if dominance.get("source") == "ours":
+        if not proven:
+            return None
+        return (f"the MIP's answer is worse than Slurm's block rule or a baseline at {before} "
+                "(rival, tier) pairs, and the tier model proved that no placement is as good "
+                "as the best of them at every tier")
     where = "nowhere worse than them" if after == 0 else f"worse at {after}"
     return (f"kept {dominance['source']} laid out by arnold: the MIP's own answer was worse "
             f"than Slurm's block rule or a baseline at {before} (rival, tier) pairs, this one "

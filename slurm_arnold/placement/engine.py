@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from slurm_arnold.errors import InfeasibleError
@@ -30,6 +31,7 @@ from slurm_arnold.placement.pool import Pool
 from slurm_arnold.topology import Topology
 
 if TYPE_CHECKING:
+    from slurm_arnold.placement.dominate import Choice
     from slurm_arnold.placement.weights import TierWeights
 
 OFFLINE_ALGOS = ("mip", *BASELINES)
@@ -87,7 +89,7 @@ def place(topology: Topology, free: Iterable[str], job: JobShape, *, algo: str =
                          time.monotonic() - t0)
     if algo == "mip":
         return _place_mip(topology, free_list, job, alpha, time_limit, seed, t0, max_spreads,
-                          lower_tiers, weights)
+                          lower_tiers, weights, retry_within=True)
     raise InfeasibleError(f"unknown placement algorithm {algo!r}; use one of "
                           f"{', '.join(OFFLINE_ALGOS)}")
 
@@ -158,7 +160,8 @@ START_SEEDS = (0, 1, 2)
 def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
                time_limit: float, seed: int, t0: float,
                max_spreads: tuple[int, int] | None = None,
-               lower_tiers: bool = True, weights: TierWeights | None = None) -> Placement:
+               lower_tiers: bool = True, weights: TierWeights | None = None,
+               retry_within: bool = False) -> Placement:
     del seed  # the MIP's answer must not depend on it; see START_SEEDS and SCIP_SEED
     if lower_tiers:
         time_limit *= 1 - FINISH_SHARE
@@ -299,7 +302,7 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
         references = list(rivals.values())
         best_cells = arrange(best_cells, pool, job, alpha, weights, references)
         if topology.domains:
-            from slurm_arnold.placement.dominate import dominant
+            from slurm_arnold.placement.dominate import dominant, rival_regions
 
             def relayout(cells: Mapping[Cell, Sequence[str]]) -> dict[Cell, list[str]]:
                 own = {c: list(n) for c, n in cells.items()}
@@ -318,14 +321,27 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
                 top = min(rival_metrics[n].weighted_spread for n in theirs)
                 sources |= _looser_layouts(caps, pool, job, alpha, best.weighted_spread, top,
                                            (cap_dp, cap_pp))
+            deadline = t0 + time_limit / (1 - FINISH_SHARE)
+            # Last, and only while nothing is nowhere worse: the MIP again, on the free nodes
+            # under the places where a rival beat us (it may find fuller racks there).
+            regions = rival_regions(best_cells, theirs, free, topology, weights,
+                                    int(len(free) * REGION_SHARE)) if retry_within else {}
+            costly = {name: functools.partial(_place_within, topology, region, job, alpha,
+                                              deadline, max_spreads, weights)
+                      for name, region in list(regions.items())[:REGION_TRIES]}
             choice = dominant(best_cells, theirs, relayout, topology, weights, sources,
-                              deadline=t0 + time_limit / (1 - FINISH_SHARE))
+                              deadline=deadline, costly=costly)
+            tier_model = None
+            if choice.regret_after > 0:
+                choice, tier_model = _win_back(
+                    choice, theirs, free, topology, weights, job, deadline,
+                    lambda c: within(measure(c, job, topology, alpha)))
             if choice.source != "ours":
                 best_cells, best = choice.cells, measure(choice.cells, job, topology, alpha)
                 best_name = choice.source
                 if stopped == "proven":  # a search stopped by its limits keeps saying so
                     stopped = "traded for the tiers the rivals won"
-            dominance = choice.as_json()
+            dominance = choice.as_json() | ({"tier_model": tier_model} if tier_model else {})
     phases["arrange"] = time.monotonic() - t0 - sum(phases.values())
     dual = min(dual, best.weighted_spread)
     status = "optimal" if best.weighted_spread <= dual + 1e-9 else "gap"
@@ -345,6 +361,98 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
 #: 0.919 at 100k GPUs, 0.844 on the 30k trees, against 0.932 and 0.881 with none) but 2.7 x
 #: the wall p95 at 100k; three gave most of it (0.925, 0.848) at 1.6 x.
 LOOSER_BOXES = 3
+
+
+#: Largest share of the free nodes a rival's region (``placement.dominate.rival_regions``)
+#: may hold for the MIP to be run again inside it. On `arnold bench placement --nvl` (its 24
+#: cases, the only NVLink-domain clusters there are) the regions that won a tier back held a
+#: quarter of the free nodes; those holding 60% or more gave the MIP's own answer again and
+#: each cost as long as the first search (8-9 s at 100k GPUs).
+REGION_SHARE = 0.5
+#: The smallest regions tried (each costs a search): on the same bench one won a tier back,
+#: and on fragmented deep trees in development four cost 8 s where the placement took 2.
+REGION_TRIES = 2
+
+
+#: Largest tier model (``placement.tiermip``: its n, r and c variables) built, and SCIP's
+#: work on it: branch-and-bound nodes times variables (a node of a bigger model costs more).
+#: Work, not seconds, decides when SCIP gives up, so a busy machine gets the same answer.
+TIER_MAX_VARS = 1_000
+TIER_WORK = 250_000
+
+
+def _win_back(choice: Choice, rivals: Mapping[str, Mapping[Cell, Sequence[str]]],
+              free: list[str], topology: Topology, weights: TierWeights, job: JobShape,
+              deadline: float, allowed: Callable[[dict[Cell, list[str]]], bool]
+              ) -> tuple[Choice, dict[str, object] | None]:
+    """``choice``, or a placement nowhere worse than any rival found by the tier model
+    (``placement.tiermip``) and, where its pipelines still miss a bar, moved into place unit
+    by unit (``placement.repair``), if ``allowed`` (max_spreads); with the tier model's
+    record (None when it was too big to build)."""
+    from slurm_arnold.blocks import spread_tiers
+    from slurm_arnold.placement.dominate import Choice, regret, tier_vector
+    from slurm_arnold.placement.plan import tier_places
+    from slurm_arnold.placement.repair import repair
+    from slurm_arnold.placement.tiermip import (
+        TierProblem,
+        cells_from_domain_layout,
+        layout_from_tier_counts,
+        solve_tiers,
+    )
+
+    def domain_of(n: str) -> str:
+        return topology.domains.get(n, n)
+    nodes_of: dict[str, list[str]] = {}
+    for n in free:
+        nodes_of.setdefault(domain_of(n), []).append(n)
+    wheres = [where for _, where in tier_places(topology)]
+    if any(len({where(n) for n in ns}) > 1 for where in wheres for ns in nodes_of.values()):
+        return choice, None  # a domain across places: units could not be counted by domain
+    vectors = [tier_vector(c, topology, weights) for c in rivals.values()]
+    bars = [min(column) for column in zip(*vectors, strict=True)]
+    pairs = [(weights[name].alpha, weights[name].beta) for name in spread_tiers(topology)]
+    m = job.nodes_per_unit
+    capacities = {d: len(ns) // m for d, ns in nodes_of.items() if len(ns) >= m}
+    problem = TierProblem(capacities, [{d: where(nodes_of[d][0]) for d in capacities}
+                                       for where in wheres],
+                          pairs, bars, job.pp, job.columns)
+    record: dict[str, object] | None = None
+    start: Mapping[Cell, Sequence[str]] = choice.cells
+    if problem.size() <= TIER_MAX_VARS and deadline > time.monotonic():
+        result = solve_tiers(problem, node_limit=max(1, TIER_WORK // problem.size()),
+                             time_limit=deadline - time.monotonic())
+        record = {"status": result.status, "proven_impossible": result.proven_impossible,
+                  "nodes": result.nodes, "seconds": round(result.seconds, 3),
+                  "variables": problem.size()}
+        if result.proven_impossible:
+            return choice, record
+        if result.counts is not None:
+            # Tree order: the order of the free nodes, which is the topology's.
+            layout = layout_from_tier_counts(result.counts, list(nodes_of))
+            start = cells_from_domain_layout(layout, nodes_of, m)
+    fixed = repair(start, free, domain_of, wheres, bars, pairs, m, deadline=deadline)
+    if fixed is None or not allowed(fixed):
+        return choice, record
+    source = "the tier model" if start is not choice.cells else \
+        f"{'the MIP' if choice.source == 'ours' else choice.source}, units moved"
+    return Choice(source, fixed, choice.regret_before,
+                  regret(tier_vector(fixed, topology, weights), vectors)), record
+
+
+def _place_within(topology: Topology, region: list[str], job: JobShape, alpha: float,
+                  deadline: float, max_spreads: tuple[int, int] | None,
+                  weights: TierWeights) -> dict[Cell, list[str]] | None:
+    """The MIP's placement on the ``region``'s nodes alone, its tiers and rivals' there
+    weighed as everywhere (but not searched within regions again); None when the region
+    cannot hold the job or no time is left before ``deadline``."""
+    t0 = time.monotonic()
+    if deadline <= t0:
+        return None
+    try:
+        return _place_mip(topology, region, job, alpha, deadline - t0, 0, t0, max_spreads,
+                          True, weights).cells
+    except InfeasibleError:
+        return None
 
 
 def _looser_layouts(caps: dict[str, int], pool: Pool, job: JobShape, alpha: float,
