@@ -77,6 +77,11 @@ def bench_placement(quick: bool, seed: int, live: bool, nvl: bool, docs: str,
             click.echo(f"{scale} GPUs: {s['cases']} cases, wall p95 {s['wall_p95_s']} s, ours "
                        f"/ block rule {s['ratio_to_block_rule_mean']}, TP groups split "
                        f"{s['ours_split_groups']}")
+        r = measured["random_summary"]
+        click.echo(f"random trees: nowhere worse than every rival in {r['nowhere_worse']} of "
+                   f"{r['cases']} ({r['nowhere_worse_without_new_steps']} without the MIP "
+                   f"inside a rival's region and the tier model; proven impossible in "
+                   f"{r['tier_model_proven_impossible']}), wall p95 {r['wall_p95_s']} s")
         return
 
     if live:

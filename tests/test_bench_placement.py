@@ -96,6 +96,12 @@ def test_nvl_quick_bench_keeps_tp_groups_in_racks_and_never_loses(tmp_path: Path
         # The summed objective: the spine tier at full weight, the racks and leaves at half.
         assert case["tier_objective"]["mip"] == pytest.approx(
             ours["minipod"] + ours["core"] + 0.5 * (ours["nvlink domain"] + ours["leaf"]))
+    random_trees = doc["random_summary"]
+    assert random_trees["cases"] == len(doc["random_trees"]) > 0
+    assert random_trees["nowhere_worse_without_new_steps"] <= random_trees["nowhere_worse"]
+    for tree in doc["random_trees"]:  # the bench checks the record against the rivals
+        if tree["dominance"] is not None:
+            assert tree["dominance"]["rival_tiers_worse_after"] == tree["rival_tiers_worse"]
     for scale in doc["summary"].values():
         assert scale["never_worse_than_valid_baselines"] is True
         assert 0 <= scale["tier_objective_cases_worse_than_block_rule"] <= scale["cases"]

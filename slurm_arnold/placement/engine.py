@@ -369,26 +369,36 @@ LOOSER_BOXES = 3
 #: quarter of the free nodes; those holding 60% or more gave the MIP's own answer again and
 #: each cost as long as the first search (8-9 s at 100k GPUs).
 REGION_SHARE = 0.5
-#: The smallest regions tried (each costs a search): on the same bench one won a tier back,
-#: and on fragmented deep trees in development four cost 8 s where the placement took 2.
-REGION_TRIES = 2
+#: The smallest regions tried, and the safety net (s) of each search there: on the same
+#: bench the smallest won a tier back in 1.2 s; on its random trees two regions cost 6.9 s in
+#: one case and won nothing.
+REGION_TRIES = 1
+REGION_SECONDS = 2.0
 
 
 #: Largest tier model (``placement.tiermip``: its n, r and c variables) built, and SCIP's
 #: work on it: branch-and-bound nodes times variables (a node of a bigger model costs more).
 #: Work, not seconds, decides when SCIP gives up, so a busy machine gets the same answer.
+#: From the random trees of `arnold bench placement --nvl` and development runs on more of
+#: them: models of 120-700 variables were solved or proven infeasible within 25 nodes but
+#: one; models of 1,085-2,042 (PP 8 on 200 racks; the 10k-GPU bench case that still loses a
+#: tier has 1,397) found nothing in 30 s of SCIP, whatever its branching rule.
 TIER_MAX_VARS = 1_000
 TIER_WORK = 250_000
+#: Safety net (s) for the tier model alone, below the placement's own: on one of the random
+#: trees of `arnold bench placement --nvl` its nodes cost 50 ms each (5 ms elsewhere) and
+#: the work limit took 9.4 s, all the placement's time, for no answer.
+TIER_SECONDS = 2.0
 
 
 def _win_back(choice: Choice, rivals: Mapping[str, Mapping[Cell, Sequence[str]]],
               free: list[str], topology: Topology, weights: TierWeights, job: JobShape,
               deadline: float, allowed: Callable[[dict[Cell, list[str]]], bool]
               ) -> tuple[Choice, dict[str, object] | None]:
-    """``choice``, or a placement nowhere worse than any rival found by the tier model
-    (``placement.tiermip``) and, where its pipelines still miss a bar, moved into place unit
-    by unit (``placement.repair``), if ``allowed`` (max_spreads); with the tier model's
-    record (None when it was too big to build)."""
+    """``choice``, or the placement nowhere worse than any rival that the tier model
+    (``placement.tiermip``) finds, its pipelines moved into place unit by unit where they
+    still miss a bar (``placement.repair``), if ``allowed`` (max_spreads); with the tier
+    model's record (None when it was too big to build)."""
     from slurm_arnold.blocks import spread_tiers
     from slurm_arnold.placement.dominate import Choice, regret, tier_vector
     from slurm_arnold.placement.plan import tier_places
@@ -416,26 +426,23 @@ def _win_back(choice: Choice, rivals: Mapping[str, Mapping[Cell, Sequence[str]]]
     problem = TierProblem(capacities, [{d: where(nodes_of[d][0]) for d in capacities}
                                        for where in wheres],
                           pairs, bars, job.pp, job.columns)
-    record: dict[str, object] | None = None
-    start: Mapping[Cell, Sequence[str]] = choice.cells
-    if problem.size() <= TIER_MAX_VARS and deadline > time.monotonic():
-        result = solve_tiers(problem, node_limit=max(1, TIER_WORK // problem.size()),
-                             time_limit=deadline - time.monotonic())
-        record = {"status": result.status, "proven_impossible": result.proven_impossible,
-                  "nodes": result.nodes, "seconds": round(result.seconds, 3),
-                  "variables": problem.size()}
-        if result.proven_impossible:
-            return choice, record
-        if result.counts is not None:
-            # Tree order: the order of the free nodes, which is the topology's.
-            layout = layout_from_tier_counts(result.counts, list(nodes_of))
-            start = cells_from_domain_layout(layout, nodes_of, m)
-    fixed = repair(start, free, domain_of, wheres, bars, pairs, m, deadline=deadline)
+    if problem.size() > TIER_MAX_VARS or deadline <= time.monotonic():
+        return choice, None
+    result = solve_tiers(problem, node_limit=max(1, TIER_WORK // problem.size()),
+                         time_limit=min(deadline - time.monotonic(), TIER_SECONDS))
+    record: dict[str, object] = {
+        "status": result.status, "proven_impossible": result.proven_impossible,
+        "nodes": result.nodes, "seconds": round(result.seconds, 3), "variables": problem.size()}
+    if result.counts is None:
+        return choice, record
+    # Tree order: the order of the free nodes, which is the topology's.
+    layout = layout_from_tier_counts(result.counts, list(nodes_of))
+    # The counts' DP spreads are exact; where the pipelines lined up miss a bar, units move.
+    fixed = repair(cells_from_domain_layout(layout, nodes_of, m), free, domain_of, wheres,
+                   bars, pairs, m, deadline=deadline)
     if fixed is None or not allowed(fixed):
         return choice, record
-    source = "the tier model" if start is not choice.cells else \
-        f"{'the MIP' if choice.source == 'ours' else choice.source}, units moved"
-    return Choice(source, fixed, choice.regret_before,
+    return Choice("the tier model", fixed, choice.regret_before,
                   regret(tier_vector(fixed, topology, weights), vectors)), record
 
 
@@ -449,8 +456,8 @@ def _place_within(topology: Topology, region: list[str], job: JobShape, alpha: f
     if deadline <= t0:
         return None
     try:
-        return _place_mip(topology, region, job, alpha, deadline - t0, 0, t0, max_spreads,
-                          True, weights).cells
+        return _place_mip(topology, region, job, alpha, min(deadline - t0, REGION_SECONDS), 0,
+                          t0, max_spreads, True, weights).cells
     except InfeasibleError:
         return None
 

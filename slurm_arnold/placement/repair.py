@@ -1,15 +1,17 @@
-"""Win back, TP group by TP group, the tiers where a rival's placement beat ours.
+"""Move single TP groups until every tier is within its bar: the tier model's last step.
 
-``placement.dominate`` chooses among whole placements, and ``placement.tiermip`` counts
-units per domain; a placement either leaves may still miss the rivals' best at a tier
-("bar") by a group or two. ``repair`` moves single units (a TP group's nodes, which stay in
-one NVLink domain) into free room of another domain, or swaps two units, until every tier's
-weighted worst spread is within its bar. The cost of a state is (the tiers' excess over
-their bars, the groups at the worst spread of a tier past its bar): a move takes a unit of
-such a group from the place where the group has the fewest units to another of its places,
-and is kept when the cost does not rise, so the crowd at the worst spread thins until the
-worst spread itself falls. The search stops at zero excess, which it returns, or at its
-move budget, a stall or the placement's deadline, where it returns nothing.
+``placement.tiermip`` decides how many units (TP groups) of each stage go to each NVLink
+domain, so its DP spreads are exact; its pipelines are lined up in tree order, and a
+pipeline can still touch one place too many at some tier. ``repair`` moves single units (a
+TP group's nodes, which stay in one domain) into free room of another domain, or swaps two
+units, until every tier's weighted worst spread is within its bar (the rivals' best there).
+The cost of a state is (the tiers' excess over their bars, the groups at the worst spread
+of a tier past its bar): a move takes a unit of such a group from the place where the group
+has the fewest units to another of its places, and is kept when the cost does not rise (or,
+rarely, by chance, to leave a state no single move improves), so the crowd at the worst
+spread thins until the worst spread itself falls. The search stops at zero excess, which it
+returns, or at its move budget, a stall or the placement's deadline, where it returns
+nothing.
 
 Each move costs a few dictionary updates per tier (units of each group per place), and a
 fixed seed makes the search repeatable.
