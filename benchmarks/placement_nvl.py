@@ -179,16 +179,12 @@ def random_trees(count: int, seed: int = 0) -> list[dict[str, Any]]:
     (rival, tier) pairs lost, checked here from the rivals' own placements."""
     out = []
     for i in range(count):
-        rng = random.Random(f"{seed}-nvl-random-{i}")
-        racks = rng.choice([60, 120, 200])
-        topo = nvl_cluster(GPUS_PER_NODE * RACK_NODES * racks, rng, rng.choice([0, 2, 3]))
-        free = fragment(topo, rng.choice([0.5, 0.7]), rng)
-        tp, pp = rng.choice([(8, 2), (8, 4), (8, 8), (16, 4), (16, 8)])
-        unit = pp * tp // GPUS_PER_NODE
-        nodes = int(len(free) * rng.choice([0.25, 0.4, 0.6])) // unit * unit
-        if nodes == 0:
+        drawn = random_tree(i, seed)
+        if drawn is None:
             continue
-        job = JobShape.from_nodes(nodes, tp, pp, GPUS_PER_NODE)
+        topo, free, job = drawn
+        racks = len(set(topo.domains.values()))
+        tp, pp, nodes = job.tp, job.pp, job.nodes
         t0 = time.monotonic()
         ours = place(topo, free, job, algo="mip", alpha=ALPHA)
         seconds = time.monotonic() - t0
@@ -199,6 +195,21 @@ def random_trees(count: int, seed: int = 0) -> list[dict[str, Any]]:
                     "seconds": round(seconds, 3), "dominance": ours.info.get("dominance"),
                     "rival_tiers_worse": lost})
     return out
+
+
+def random_tree(index: int, seed: int = 0) -> tuple[Topology, list[str], JobShape] | None:
+    """The ``index``-th random tree of ``random_trees``: topology, free nodes and job (None
+    when the job drawn would have no node)."""
+    rng = random.Random(f"{seed}-nvl-random-{index}")
+    racks = rng.choice([60, 120, 200])
+    topo = nvl_cluster(GPUS_PER_NODE * RACK_NODES * racks, rng, rng.choice([0, 2, 3]))
+    free = fragment(topo, rng.choice([0.5, 0.7]), rng)
+    tp, pp = rng.choice([(8, 2), (8, 4), (8, 8), (16, 4), (16, 8)])
+    unit = pp * tp // GPUS_PER_NODE
+    nodes = int(len(free) * rng.choice([0.25, 0.4, 0.6])) // unit * unit
+    if nodes == 0:
+        return None
+    return topo, free, JobShape.from_nodes(nodes, tp, pp, GPUS_PER_NODE)
 
 
 def _valid_rivals(topo: Topology, free: list[str], job: JobShape) -> list[Placement]:

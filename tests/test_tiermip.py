@@ -191,3 +191,21 @@ def test_place_takes_the_tier_models_placement_when_no_candidate_is_nowhere_wors
     assert len(set(nodes)) == job.nodes and set(nodes) <= set(free)
     assert all(len({topo.domains[n] for n in cell}) == 1 for cell in got.cells.values())
     assert got.info["source"] == "the tier model"
+
+
+def test_place_says_when_the_tier_model_proves_no_placement_meets_every_bar() -> None:
+    """Random tree 37 of `arnold bench placement --nvl`: the MIP's answer loses a tier to a
+    rival, and the tier model proves that no placement is as good as the rivals' best at
+    every tier (the proof's soundness is the brute-force test above)."""
+    from benchmarks.placement_nvl import random_tree
+
+    drawn = random_tree(37)
+    assert drawn is not None
+    topo, free, job = drawn
+    got = place(topo, free, job, algo="mip", alpha=0.5)
+    doc = got.info["dominance"]
+    assert doc["rival_tiers_worse_before"] > 0 and doc["rival_tiers_worse_after"] > 0
+    assert doc["tier_model"]["proven_impossible"] is True
+    assert doc["tier_model"]["status"] == "infeasible"
+    line = explain(doc)
+    assert line is not None and "proved that no placement" in line
