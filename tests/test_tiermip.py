@@ -142,6 +142,16 @@ def test_repair_moves_units_until_every_tier_meets_its_bar() -> None:
                   1) is None
 
 
+@pytest.fixture
+def nets_not_binding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tier model's and the regions' safety nets out of the way: their work limits alone
+    decide, so the answer does not depend on how busy the machine running the test is."""
+    from slurm_arnold.placement import engine
+
+    monkeypatch.setattr(engine, "TIER_SECONDS", 120.0)
+    monkeypatch.setattr(engine, "REGION_SECONDS", 120.0)
+
+
 def _deep_case(seed: int) -> tuple[Topology, list[str], JobShape]:
     """A fragmented NVL cluster with super-spines and a job, drawn as the development search
     that found the cases below drew them."""
@@ -170,7 +180,7 @@ def _rivals(topo: Topology, free: list[str], job: JobShape) -> list[dict[Cell, l
 
 @pytest.mark.parametrize("seed", [224, 169])
 def test_place_takes_the_tier_models_placement_when_no_candidate_is_nowhere_worse(
-        seed: int) -> None:
+        seed: int, nets_not_binding: None) -> None:
     from slurm_arnold.placement import engine
 
     topo, free, job = _deep_case(seed)
@@ -178,9 +188,10 @@ def test_place_takes_the_tier_models_placement_when_no_candidate_is_nowhere_wors
     # Without the tier model, no candidate (nor moving units) wins the lost tier back.
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(engine, "TIER_MAX_VARS", 0)
-        without = place(topo, free, job, algo="mip", alpha=0.5).info["dominance"]
+        without = place(topo, free, job, algo="mip", alpha=0.5,
+                        time_limit=120).info["dominance"]
     assert without["rival_tiers_worse_after"] > 0 and "tier_model" not in without
-    got = place(topo, free, job, algo="mip", alpha=0.5)
+    got = place(topo, free, job, algo="mip", alpha=0.5, time_limit=120)
     doc = got.info["dominance"]
     assert doc["rival_tiers_worse_before"] > 0
     assert doc["source"] == "the tier model" and doc["rival_tiers_worse_after"] == 0
@@ -193,7 +204,8 @@ def test_place_takes_the_tier_models_placement_when_no_candidate_is_nowhere_wors
     assert got.info["source"] == "the tier model"
 
 
-def test_place_says_when_the_tier_model_proves_no_placement_meets_every_bar() -> None:
+def test_place_says_when_the_tier_model_proves_no_placement_meets_every_bar(
+        nets_not_binding: None) -> None:
     """Random tree 37 of `arnold bench placement --nvl`: the MIP's answer loses a tier to a
     rival, and the tier model proves that no placement is as good as the rivals' best at
     every tier (the proof's soundness is the brute-force test above)."""
@@ -202,7 +214,7 @@ def test_place_says_when_the_tier_model_proves_no_placement_meets_every_bar() ->
     drawn = random_tree(37)
     assert drawn is not None
     topo, free, job = drawn
-    got = place(topo, free, job, algo="mip", alpha=0.5)
+    got = place(topo, free, job, algo="mip", alpha=0.5, time_limit=120)
     doc = got.info["dominance"]
     assert doc["rival_tiers_worse_before"] > 0 and doc["rival_tiers_worse_after"] > 0
     assert doc["tier_model"]["proven_impossible"] is True
