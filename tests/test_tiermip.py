@@ -221,3 +221,7 @@ def test_place_says_when_the_tier_model_proves_no_placement_meets_every_bar(
     assert doc["tier_model"]["status"] == "infeasible"
     line = explain(doc)
     assert line is not None and "proved that no placement" in line
+    # A trade that still loses a tier says the same after its own line.
+    traded = explain(doc | {"source": "the MIP within rival's leaf switches"})
+    assert traded is not None and traded.startswith("kept the MIP within")
+    assert traded.endswith("the tier model proved that no placement is nowhere worse than them")

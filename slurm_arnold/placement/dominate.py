@@ -17,9 +17,14 @@ objective summed over the tiers (``placement.weights``), but never one that is s
 somewhere *and* higher in that sum than ours: a candidate that only loses fewer tiers may be
 far worse at the minipod tier (in development on the NVL bench, one had a 70% larger spine
 spread to win a rack and a leaf back). A trade costs the minipod objective, and the
-placement's gap shows it. On `arnold bench placement --nvl` this lowered both the cases lost
-to a rival at some tier and the summed objective's mean ratio to the block rule
+placement's gap shows it. On `arnold bench placement --nvl` this lowered both the cases
+lost to a rival at some tier and the summed objective's mean ratio to the block rule
 (docs/placement.md).
+
+When no candidate is nowhere worse, the engine makes the MIP again inside the smallest
+region where a rival beat it (``rival_regions``, a ``costly`` candidate here) and then
+builds the tier model (``placement.tiermip``), which finds a placement nowhere worse than
+every rival or proves that none exists.
 """
 
 from __future__ import annotations
@@ -159,6 +164,8 @@ def explain(dominance: Mapping[str, object] | None) -> str | None:
                 "(rival, tier) pairs, and the tier model proved that no placement is as good "
                 "as the best of them at every tier")
     where = "nowhere worse than them" if after == 0 else f"worse at {after}"
+    proof = ("; the tier model proved that no placement is nowhere worse than them"
+             if proven else "")
     return (f"kept {dominance['source']} laid out by arnold: the MIP's own answer was worse "
             f"than Slurm's block rule or a baseline at {before} (rival, tier) pairs, this one "
-            f"is {where}; the gap is what that cost at the minipod tier")
+            f"is {where}; the gap is what that cost at the minipod tier{proof}")
