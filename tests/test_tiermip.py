@@ -22,6 +22,7 @@ from slurm_arnold.placement.tiermip import (
     TierProblem,
     cells_from_domain_layout,
     layout_from_tier_counts,
+    nodes_by_domain,
     solve_tiers,
 )
 from slurm_arnold.placement.weights import default_weights
@@ -78,8 +79,10 @@ def test_the_tier_model_is_infeasible_exactly_where_no_placement_meets_the_bars(
     vectors = {tuple(_vector(c, topo)) for c in _every_placement(free, stages, columns)}
     tiers = len(next(iter(vectors)))
     checked = set()
-    for _ in range(12):
-        bars = [rng.choice([1.0, 1.5, 2.0, 2.5]) for _ in range(tiers - 1)] + [1.0]
+    # Random bars, and one placement's own vector (met by it, so the model must be feasible).
+    draws = [[rng.choice([1.0, 1.5, 2.0, 2.5]) for _ in range(tiers - 1)] + [1.0]
+             for _ in range(12)]
+    for bars in [*draws, list(min(vectors))]:
         met = any(all(v <= b + 1e-9 for v, b in zip(vec, bars, strict=True))
                   for vec in vectors)
         result = solve_tiers(_problem(topo, free, stages, columns, bars), node_limit=10_000,
@@ -89,14 +92,14 @@ def test_the_tier_model_is_infeasible_exactly_where_no_placement_meets_the_bars(
         if met:
             # Its DP spreads are exact; the layout it gives is a real placement.
             assert result.counts is not None
-            nodes_of = {d: [n for n in free if topo.domains[n] == d]
-                        for d in {topo.domains[n] for n in free}}
-            order = list(dict.fromkeys(topo.domains[n] for n in free))
-            cells = cells_from_domain_layout(layout_from_tier_counts(result.counts, order),
-                                             nodes_of, 1)
+            nodes_of = nodes_by_domain(free, topo.domains.__getitem__,
+                                       [where for _, where in tier_places(topo)])
+            assert nodes_of is not None
+            cells = cells_from_domain_layout(
+                layout_from_tier_counts(result.counts, list(nodes_of)), nodes_of, 1)
             used = [n for ns in cells.values() for n in ns]
             assert len(used) == len(set(used)) == stages * columns and set(used) <= set(free)
-    assert checked  # bars drawn both ways for most seeds; at least one checked
+    assert checked == {True, False}, "every seed's draws must test both outcomes"
 
 
 def test_a_proven_impossible_bar_is_said_in_one_line() -> None:
@@ -137,6 +140,10 @@ def test_repair_moves_units_until_every_tier_meets_its_bar() -> None:
     for cell, nodes in cells.items():  # a unit in the domain it started in keeps its nodes
         if topo.domains[fixed[cell][0]] == topo.domains[nodes[0]]:
             assert fixed[cell] == nodes
+    # A domain across two leaves: units cannot be moved domain by domain.
+    across = {**topo.domains, "n06": "r1"}  # rack r1 (leaf l0) takes a node of leaf l1
+    assert nodes_by_domain(free, across.__getitem__, wheres) is None
+    assert repair(cells, free, across.__getitem__, wheres, bars, [EVEN] * 4, 1) is None
     # Bars no placement meets: nothing comes back.
     assert repair(cells, free, topo.domains.__getitem__, wheres, [0.5] * 4, [EVEN] * 4,
                   1) is None

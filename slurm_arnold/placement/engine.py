@@ -371,7 +371,8 @@ LOOSER_BOXES = 3
 REGION_SHARE = 0.5
 #: The smallest regions tried, and the safety net (s) of each search there: on the same
 #: bench the smallest won a tier back in 1.2 s; on its random trees two regions cost 6.9 s in
-#: one case and won nothing.
+#: one case and won nothing (a development run with this set to 2, on a machine then about
+#: 2.4 x slower than for docs/benchmarks.md's run).
 REGION_TRIES = 1
 REGION_SECONDS = 2.0
 
@@ -386,8 +387,9 @@ REGION_SECONDS = 2.0
 TIER_MAX_VARS = 1_000
 TIER_WORK = 250_000
 #: Safety net (s) for the tier model alone, below the placement's own: on one of the random
-#: trees of `arnold bench placement --nvl` its nodes cost 50 ms each (5 ms elsewhere) and
-#: the work limit took 9.4 s, all the placement's time, for no answer.
+#: trees of `arnold bench placement --nvl` (the 13th) its nodes cost 50 ms each (5 ms
+#: elsewhere) and the work limit took 9.4 s, all the placement's time, for no answer (a
+#: development run without this net, on the slower machine of the comment above).
 TIER_SECONDS = 2.0
 
 
@@ -407,17 +409,16 @@ def _win_back(choice: Choice, rivals: Mapping[str, Mapping[Cell, Sequence[str]]]
         TierProblem,
         cells_from_domain_layout,
         layout_from_tier_counts,
+        nodes_by_domain,
         solve_tiers,
     )
 
     def domain_of(n: str) -> str:
         return topology.domains.get(n, n)
-    nodes_of: dict[str, list[str]] = {}
-    for n in free:
-        nodes_of.setdefault(domain_of(n), []).append(n)
     wheres = [where for _, where in tier_places(topology)]
-    if any(len({where(n) for n in ns}) > 1 for where in wheres for ns in nodes_of.values()):
-        return choice, None  # a domain across places: units could not be counted by domain
+    nodes_of = nodes_by_domain(free, domain_of, wheres)
+    if nodes_of is None:
+        return choice, None
     vectors = [tier_vector(c, topology, weights) for c in rivals.values()]
     bars = [min(column) for column in zip(*vectors, strict=True)]
     pairs = [(weights[name].alpha, weights[name].beta) for name in spread_tiers(topology)]

@@ -25,6 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
 from slurm_arnold.placement.plan import Cell
+from slurm_arnold.placement.tiermip import nodes_by_domain
 
 #: Moves tried at most (each one unit relocated or two swapped).
 MAX_MOVES = 10_000
@@ -39,14 +40,12 @@ CLOCK_EVERY = 256
 class _Search:
     """Units in domains, with each group's places per tier counted as they move."""
 
-    def __init__(self, cells: Mapping[Cell, Sequence[str]], free: Sequence[str],
-                 domain_of: Callable[[str], str], places: Sequence[Callable[[str], str]],
-                 bars: Sequence[float], weights: Sequence[tuple[float, float]],
-                 nodes_per_unit: int) -> None:
+    def __init__(self, cells: Mapping[Cell, Sequence[str]], nodes_of: dict[str, list[str]],
+                 places: Sequence[Callable[[str], str]], bars: Sequence[float],
+                 weights: Sequence[tuple[float, float]], nodes_per_unit: int) -> None:
         self.cells = list(cells)
-        self.nodes_of: dict[str, list[str]] = defaultdict(list)
-        for n in free:
-            self.nodes_of[domain_of(n)].append(n)
+        self.nodes_of = nodes_of
+        domain_of = {n: d for d, ns in nodes_of.items() for n in ns}
         self.room = {d: len(ns) // nodes_per_unit for d, ns in self.nodes_of.items()}
         self.key = [{d: where(ns[0]) for d, ns in self.nodes_of.items()} for where in places]
         self.domains_at: list[dict[str, list[str]]] = [defaultdict(list) for _ in places]
@@ -55,7 +54,7 @@ class _Search:
                 self.domains_at[t][p].append(d)
         self.bars = list(bars)
         self.weights = list(weights)
-        self.loc = [domain_of(cells[c][0]) for c in self.cells]
+        self.loc = [domain_of[cells[c][0]] for c in self.cells]
         self.home = list(self.loc)
         self.units_in: dict[str, set[int]] = defaultdict(set)
         for u, d in enumerate(self.loc):
@@ -221,12 +220,10 @@ def repair(cells: Mapping[Cell, Sequence[str]], free: Sequence[str],
     (module docstring). None when the move budget, ``STALL_MOVES`` moves without progress
     or ``deadline`` (``time.monotonic()``) come first, or when some domain's nodes are not
     all in one place of a tier (moves could not be counted by domain)."""
-    for where in places:
-        seen: dict[str, str] = {}
-        for n in free:
-            if seen.setdefault(domain_of(n), where(n)) != where(n):
-                return None
-    search = _Search(cells, free, domain_of, places, bars, weights, nodes_per_unit)
+    nodes_of = nodes_by_domain(free, domain_of, places)
+    if nodes_of is None:
+        return None
+    search = _Search(cells, nodes_of, places, bars, weights, nodes_per_unit)
     rng = random.Random(seed)
     best, since = search.cost, 0
     for moves in range(max_moves):

@@ -35,7 +35,7 @@ PP spreads are then measured, not assumed.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -161,6 +161,19 @@ def solve_tiers(problem: TierProblem, *, node_limit: int, time_limit: float) -> 
         gap = max(0.0, model.getGap())
     dual = model.getDualbound() if status != "infeasible" else float("inf")
     return TierResult(counts, status, dual, gap, time.monotonic() - t0, model.getNNodes())
+
+
+def nodes_by_domain(free: Sequence[str], domain_of: Callable[[str], str],
+                    places: Sequence[Callable[[str], str]]) -> dict[str, list[str]] | None:
+    """The ``free`` nodes of each NVLink domain, in their order; None when some domain's
+    nodes are not all in one place of every tier (``places``: node -> place per tier), where
+    units could not be counted, or moved, domain by domain."""
+    nodes_of: dict[str, list[str]] = {}
+    for n in free:
+        nodes_of.setdefault(domain_of(n), []).append(n)
+    if any(len({where(n) for n in ns}) > 1 for where in places for ns in nodes_of.values()):
+        return None
+    return nodes_of
 
 
 def layout_from_tier_counts(counts: Sequence[dict[str, int]], order: Sequence[str]
