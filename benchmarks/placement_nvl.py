@@ -171,6 +171,7 @@ RANDOM_TREES = 40
 QUICK_RANDOM_TREES = 2
 #: Steps of ``placement.dominate`` and after, by the source they report.
 NEW_STEPS = {"the MIP within": "the MIP inside a rival's region",
+             "stage packing": "stage packing",
              "the tier model": "the tier model"}
 
 
@@ -318,12 +319,15 @@ def summarise(cases: list[dict[str, Any]]) -> dict[str, Any]:
             "traded_nowhere_worse": sum(c["dominance"]["source"] != "ours"
                                         and not c["dominance"]["rival_tiers_worse_after"]
                                         for c in mine if c["dominance"]),
-            # When no candidate was nowhere worse: the tier model (built only up to
-            # engine.TIER_MAX_VARS), what it found or proved, and the unit-moving repair.
+            # When no candidate was nowhere worse: stage packings (placement.stagepack), the
+            # tier model (built only up to engine.TIER_MAX_VARS), what it found or proved,
+            # and the unit-moving repair.
             "tier_model_built": sum(bool(c["dominance"].get("tier_model"))
                                     for c in mine if c["dominance"]),
             "tier_model_kept": sum(c["dominance"]["source"] == "the tier model"
                                    for c in mine if c["dominance"]),
+            "stage_packing_kept": sum(c["dominance"]["source"].startswith("stage packing")
+                                      for c in mine if c["dominance"]),
             "tier_model_proven_impossible": sum(
                 bool((c["dominance"].get("tier_model") or {}).get("proven_impossible"))
                 for c in mine if c["dominance"]),
@@ -424,7 +428,11 @@ def markdown(result: dict[str, Any], command: str) -> str:
                           f"(traded in {s['traded']}, {s['traded_nowhere_worse']} of them "
                           "for one nowhere worse)"
                           for scale, s in result["summary"].items()) + ". Where no "
-              "candidate was nowhere worse, the tier model (`placement.tiermip`: every tier "
+              "candidate was nowhere worse, a stage packing (`placement.stagepack`: stages "
+              "packed a few at a time into the fewest places, tier by tier) was kept in "
+              + ", ".join(f"{s['stage_packing_kept']} at {scale} GPUs"
+                          for scale, s in result["summary"].items())
+              + "; where none was, the tier model (`placement.tiermip`: every tier "
               "held to the rivals' best, solved by SCIP, or proven impossible) was built in "
               + ", ".join(f"{s['tier_model_built']} cases at {scale} GPUs (kept in "
                           f"{s['tier_model_kept']}, proven impossible in "
@@ -471,7 +479,7 @@ def markdown(result: dict[str, Any], command: str) -> str:
               f"to a rival in {r['lost_a_tier_before_dominance']}; ours is nowhere worse "
               f"than every rival at every tier in {r['nowhere_worse']} of {r['cases']} "
               f"({r['nowhere_worse_without_new_steps']} without the MIP inside a rival's "
-              f"region and the tier model; {settled}). The tier model was "
+              f"region, stage packing and the tier model; {settled}). The tier model was "
               f"built in {r['tier_model_built']} and proved that no placement meets every "
               f"tier's bar in {r['tier_model_proven_impossible']}. Wall p95 "
               f"{r['wall_p95_s']} s, max {r['wall_max_s']} s."]

@@ -80,7 +80,8 @@ def bench_placement(quick: bool, seed: int, live: bool, nvl: bool, docs: str,
         r = measured["random_summary"]
         click.echo(f"random trees: nowhere worse than every rival in {r['nowhere_worse']} of "
                    f"{r['cases']} ({r['nowhere_worse_without_new_steps']} without the MIP "
-                   f"inside a rival's region and the tier model; proven impossible in "
+                   f"inside a rival's region, stage packing and the tier model; proven "
+                   f"impossible in "
                    f"{r['tier_model_proven_impossible']}), wall p95 {r['wall_p95_s']} s")
         return
 

@@ -331,9 +331,9 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
                       for name, region in list(regions.items())[:REGION_TRIES]}
             choice = dominant(best_cells, theirs, relayout, topology, weights, sources,
                               deadline=deadline, costly=costly)
-            tier_model = None
+            records = None
             if choice.regret_after > 0:
-                choice, tier_model = _win_back(
+                choice, records = _win_back(
                     choice, theirs, free, topology, weights, job, deadline,
                     lambda c: within(measure(c, job, topology, alpha)))
             if choice.source != "ours":
@@ -341,7 +341,7 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
                 best_name = choice.source
                 if stopped == "proven":  # a search stopped by its limits keeps saying so
                     stopped = "traded for the tiers the rivals won"
-            dominance = choice.as_json() | ({"tier_model": tier_model} if tier_model else {})
+            dominance = choice.as_json() | (records or {})
     phases["arrange"] = time.monotonic() - t0 - sum(phases.values())
     dual = min(dual, best.weighted_spread)
     status = "optimal" if best.weighted_spread <= dual + 1e-9 else "gap"
@@ -397,14 +397,19 @@ def _win_back(choice: Choice, rivals: Mapping[str, Mapping[Cell, Sequence[str]]]
               free: list[str], topology: Topology, weights: TierWeights, job: JobShape,
               deadline: float, allowed: Callable[[dict[Cell, list[str]]], bool]
               ) -> tuple[Choice, dict[str, object] | None]:
-    """``choice``, or the placement nowhere worse than any rival that the tier model
+    """``choice``, or a placement nowhere worse than any rival, if ``allowed`` (max_spreads):
+    the first stage packing (``placement.stagepack``) that is, else the stages placed one by
+    one under DP caps (``placement.stagemip``), else what the tier model
     (``placement.tiermip``) finds, its pipelines moved into place unit by unit where they
-    still miss a bar (``placement.repair``), if ``allowed`` (max_spreads); with the tier
-    model's record (None when it was too big to build)."""
+    still miss a bar (``placement.repair``), else the packing nearest the bars so repaired;
+    with the records of the steps that ran (``stage_models``, ``tier_model``; None: none
+    did)."""
     from slurm_arnold.blocks import spread_tiers
     from slurm_arnold.placement.dominate import Choice, regret, tier_vector
     from slurm_arnold.placement.plan import tier_places
     from slurm_arnold.placement.repair import repair
+    from slurm_arnold.placement.stagemip import place_stages
+    from slurm_arnold.placement.stagepack import packings, weighted_tiers
     from slurm_arnold.placement.tiermip import (
         TierProblem,
         cells_from_domain_layout,
@@ -421,30 +426,61 @@ def _win_back(choice: Choice, rivals: Mapping[str, Mapping[Cell, Sequence[str]]]
         return choice, None
     vectors = [tier_vector(c, topology, weights) for c in rivals.values()]
     bars = [min(column) for column in zip(*vectors, strict=True)]
-    pairs = [(weights[name].alpha, weights[name].beta) for name in spread_tiers(topology)]
+    names = spread_tiers(topology)
+    pairs = [(weights[name].alpha, weights[name].beta) for name in names]
     m = job.nodes_per_unit
     capacities = {d: len(ns) // m for d, ns in nodes_of.items() if len(ns) >= m}
     problem = TierProblem(capacities, [{d: where(nodes_of[d][0]) for d in capacities}
                                        for where in wheres],
                           pairs, bars, job.pp, job.columns)
-    if problem.size() > TIER_MAX_VARS or deadline <= time.monotonic():
-        return choice, None
-    result = solve_tiers(problem, node_limit=max(1, TIER_WORK // problem.size()),
-                         time_limit=min(deadline - time.monotonic(), TIER_SECONDS))
-    record: dict[str, object] = {
-        "status": result.status, "proven_impossible": result.proven_impossible,
-        "nodes": result.nodes, "seconds": round(result.seconds, 3), "variables": problem.size()}
-    if result.counts is None:
-        return choice, record
     # Tree order: the order of the free nodes, which is the topology's.
-    layout = layout_from_tier_counts(result.counts, list(nodes_of))
-    # The counts' DP spreads are exact; where the pipelines lined up miss a bar, units move.
-    fixed = repair(cells_from_domain_layout(layout, nodes_of, m), free, domain_of, wheres,
-                   bars, pairs, m, deadline=deadline)
-    if fixed is None or not allowed(fixed):
-        return choice, record
-    return Choice("the tier model", fixed, choice.regret_before,
-                  regret(tier_vector(fixed, topology, weights), vectors)), record
+    order = list(nodes_of)
+
+    def settled(name: str, cells: dict[Cell, list[str]] | None) -> Choice | None:
+        if cells is None or not allowed(cells):
+            return None
+        after = regret(tier_vector(cells, topology, weights), vectors)
+        return Choice(name, cells, choice.regret_before, after) if after == 0 else None
+
+    def realise(counts: Sequence[dict[str, int]]) -> dict[Cell, list[str]]:
+        return cells_from_domain_layout(layout_from_tier_counts(counts, order), nodes_of, m)
+
+    def fixed(counts: Sequence[dict[str, int]]) -> dict[Cell, list[str]] | None:
+        # The counts' DP spreads are exact; where the pipelines lined up miss a bar, units move.
+        return repair(realise(counts), free, domain_of, wheres, bars, pairs, m,
+                      deadline=deadline)
+
+    nearest: tuple[float, str, list[dict[str, int]]] | None = None
+    for name, counts in packings(problem, names):
+        if time.monotonic() > deadline:
+            break
+        excess = sum(max(0.0, v - b) for v, b in zip(weighted_tiers(problem, counts), bars,
+                                                     strict=True))
+        if excess <= 1e-9 and (won := settled(name, realise(counts))):
+            return won, None
+        if nearest is None or excess < nearest[0]:
+            nearest = (excess, name, counts)
+    run = place_stages(problem, deadline=deadline) if time.monotonic() < deadline else None
+    if run is not None and run.counts is not None and (
+            won := settled("stage packing: each stage by its own MIP", realise(run.counts))):
+        return won, {"stage_models": run.as_json()}
+    records: dict[str, object] | None = {"stage_models": run.as_json()} if run else None
+    if problem.size() <= TIER_MAX_VARS and deadline > time.monotonic():
+        result = solve_tiers(problem, node_limit=max(1, TIER_WORK // problem.size()),
+                             time_limit=min(deadline - time.monotonic(), TIER_SECONDS))
+        records = (records or {}) | {"tier_model": {
+            "status": result.status, "proven_impossible": result.proven_impossible,
+            "nodes": result.nodes, "seconds": round(result.seconds, 3),
+            "variables": problem.size()}}
+        if result.proven_impossible:
+            return choice, records
+        if result.counts is not None and (won := settled("the tier model",
+                                                         fixed(result.counts))):
+            return won, records
+    if nearest is not None and (won := settled(f"{nearest[1]}, units moved",
+                                               fixed(nearest[2]))):
+        return won, records
+    return choice, records
 
 
 def _place_within(topology: Topology, region: list[str], job: JobShape, alpha: float,

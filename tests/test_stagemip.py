@@ -1,0 +1,86 @@
+"""Stages placed one by one under DP caps (``placement.stagemip``): the caps' arithmetic,
+that a placement within them meets every bar however its pipelines are lined up, and that
+the stage models stop where the room runs out."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from slurm_arnold.placement.stagemip import build_stage_model, dp_caps, place_stages
+from slurm_arnold.placement.stagepack import weighted_tiers
+from slurm_arnold.placement.tiermip import TierProblem
+from tests.test_tiermip import _problem, _topology
+
+
+def test_caps_leave_each_tier_room_for_the_widest_pipeline() -> None:
+    topo = _topology()  # 8 racks, 4 leaves, 2 minipods, 1 core
+    problem = _problem(topo, sorted(topo.nodes), 3, 4, [3.5, 2.5, 2.0, 1.0])
+    # (bar - 0.5 x min(3 stages, places)) / 0.5: racks 7 - 3, leaves 5 - 3, minipods 4 - 2,
+    # the core 2 - 1.
+    assert dp_caps(problem) == [4, 2, 2, 1]
+    problem.bars = [3.5, 1.5, 2.0, 1.0]  # leaves: 3 - 3 = 0, no room for any stage
+    assert dp_caps(problem) is None
+
+
+def test_a_zero_alpha_tier_caps_nothing_but_its_pipelines() -> None:
+    topo = _topology()
+    problem = _problem(topo, sorted(topo.nodes), 2, 2, [9.0, 9.0, 9.0, 9.0])
+    problem.weights = [(0.0, 0.5)] + problem.weights[1:]
+    problem.bars = [1.0, 9.0, 9.0, 9.0]  # 0.5 x min(2, 8 racks) = 1.0: pipelines fit
+    assert dp_caps(problem) == [8, 16, 16, 17]
+    problem.bars = [0.5, 9.0, 9.0, 9.0]
+    assert dp_caps(problem) is None
+
+
+def test_the_stage_model_names_its_constraint_families() -> None:
+    topo = _topology()
+    problem = _problem(topo, sorted(topo.nodes), 2, 3, [9.0] * 4)
+    model, _ = build_stage_model(problem, dict(problem.capacities), [4, 2, 2, 1])
+    families = {c.name.split("(")[0] for c in model.getConss()}
+    assert families == {"StageComplete", "ClassDomains", "PlaceUses", "DomainCap", "PlaceCap"}
+
+
+def _spreads(problem: TierProblem, counts: list[dict[str, int]]) -> list[int]:
+    """The largest DP spread of any stage at each tier."""
+    return [max(len({where[d] for d in row}) for row in counts) for where in problem.places]
+
+
+@pytest.mark.parametrize("bars", [[3.5, 2.5, 2.0, 1.0], [4.0, 2.5, 1.5, 1.0],
+                                  [3.0, 2.5, 2.0, 1.0], [5.0, 3.0, 2.0, 1.0]])
+def test_stages_within_their_caps_meet_every_bar_in_any_lineup(bars: list[float]) -> None:
+    topo = _topology()
+    problem = _problem(topo, sorted(topo.nodes), 3, 4, bars)
+    caps = dp_caps(problem)
+    assert caps is not None
+    run = place_stages(problem)
+    assert run is not None
+    if run.counts is None:  # the room ran out for some stage: said, not hidden
+        assert run.stages_placed < problem.stages and run.status != "not started"
+        return
+    assert run.stages_placed == problem.stages
+    assert [sum(row.values()) for row in run.counts] == [problem.columns] * problem.stages
+    for d, cap in problem.capacities.items():
+        assert sum(row.get(d, 0) for row in run.counts) <= cap
+    assert all(s <= c for s, c in zip(_spreads(problem, run.counts), caps, strict=True))
+    assert all(v <= b + 1e-9 for v, b in zip(weighted_tiers(problem, run.counts), bars,
+                                             strict=True))
+    # Any other order of the domains lines the pipelines up differently: still within.
+    for order in itertools.islice(itertools.permutations(problem.capacities), 0, 200, 7):
+        shuffled = TierProblem({d: problem.capacities[d] for d in order}, problem.places,
+                               problem.weights, bars, problem.stages, problem.columns)
+        assert all(v <= b + 1e-9 for v, b in zip(weighted_tiers(shuffled, run.counts), bars,
+                                                 strict=True))
+
+
+def test_the_stage_models_stop_where_the_room_runs_out() -> None:
+    topo = _topology()
+    # 3 stages of 5 one-node units, every stage in at most 2 racks: racks of 3 hold one
+    # stage (3 + 2), but only two racks have 3 nodes, and a rack of 2 and 2 is 4 < 5.
+    problem = _problem(topo, sorted(topo.nodes), 3, 5, [2.5, 9.0, 9.0, 9.0])
+    assert dp_caps(problem) == [2, 15, 16, 17]
+    run = place_stages(problem)
+    assert run is not None and run.counts is None
+    assert run.stages_placed == 2 and run.status == "infeasible"
+    assert run.as_json()["stages_placed"] == 2
