@@ -27,7 +27,7 @@ def test_caps_leave_each_tier_room_for_the_widest_pipeline() -> None:
 def test_a_zero_alpha_tier_caps_nothing_but_its_pipelines() -> None:
     topo = _topology()
     problem = _problem(topo, sorted(topo.nodes), 2, 2, [9.0, 9.0, 9.0, 9.0])
-    problem.weights = [(0.0, 0.5)] + problem.weights[1:]
+    problem.weights = [(0.0, 0.5), *problem.weights[1:]]
     problem.bars = [1.0, 9.0, 9.0, 9.0]  # 0.5 x min(2, 8 racks) = 1.0: pipelines fit
     assert dp_caps(problem) == [8, 16, 16, 17]
     problem.bars = [0.5, 9.0, 9.0, 9.0]

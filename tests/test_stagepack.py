@@ -64,9 +64,9 @@ def test_no_packing_without_room_or_with_a_group_that_does_not_divide_the_stages
     names = [name for name, _ in packings(problem, ["nvlink domain", "leaf", "minipod",
                                                     "core"])]
     assert len(names) == len(set(names)) == 4 * 2 * 2  # tiers x groups (1, 3) x fits
-    assert names[0] == "stage packing: 1 stage at a time, best fit, from the core switches down"
-    assert names[-1] == ("stage packing: 3 stages at a time, worst fit, from the NVLink "
-                         "domains down")
+    assert names[0] == "stage packing (1 stage at a time, best fit, from the core switches down)"
+    assert names[-1] == ("stage packing (3 stages at a time, worst fit, from the NVLink "
+                         "domains down)")
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -120,7 +120,7 @@ def test_place_keeps_a_stage_packing_where_the_mip_loses_a_tier() -> None:
     assert regret(tier_vector(without.cells, topo, weights), bars) > 0
     got = place(topo, free, job, algo="mip", alpha=0.5, time_limit=120)
     doc = got.info["dominance"]
-    assert doc["source"].startswith("stage packing: ")
+    assert doc["source"].startswith("stage packing (")
     assert doc["rival_tiers_worse_before"] > 0 and doc["rival_tiers_worse_after"] == 0
     assert regret(tier_vector(got.cells, topo, weights), bars) == 0
     assert got.info["source"] == doc["source"]

@@ -166,6 +166,11 @@ def explain(dominance: Mapping[str, object] | None) -> str | None:
     where = "nowhere worse than them" if after == 0 else f"worse at {after}"
     proof = ("; the tier model proved that no placement is nowhere worse than them"
              if proven else "")
-    return (f"kept {dominance['source']} laid out by arnold: the MIP's own answer was worse "
+    source = str(dominance["source"])
+    # Candidates' nodes are laid out by regroup and arrange; the later steps (engine's
+    # _win_back) make their own layout.
+    made = source.startswith(("stage packing", "the tier model"))
+    kept = source if made else f"{source} laid out by arnold"
+    return (f"kept {kept}: the MIP's own answer was worse "
             f"than Slurm's block rule or a baseline at {before} (rival, tier) pairs, this one "
             f"is {where}; the gap is what that cost at the minipod tier{proof}")

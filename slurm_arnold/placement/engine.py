@@ -462,7 +462,7 @@ def _win_back(choice: Choice, rivals: Mapping[str, Mapping[Cell, Sequence[str]]]
             nearest = (excess, name, counts)
     run = place_stages(problem, deadline=deadline) if time.monotonic() < deadline else None
     if run is not None and run.counts is not None and (
-            won := settled("stage packing: each stage by its own MIP", realise(run.counts))):
+            won := settled("stage packing (each stage by its own MIP)", realise(run.counts))):
         return won, {"stage_models": run.as_json()}
     records: dict[str, object] | None = {"stage_models": run.as_json()} if run else None
     if problem.size() <= TIER_MAX_VARS and deadline > time.monotonic():
@@ -477,7 +477,7 @@ def _win_back(choice: Choice, rivals: Mapping[str, Mapping[Cell, Sequence[str]]]
         if result.counts is not None and (won := settled("the tier model",
                                                          fixed(result.counts))):
             return won, records
-    if nearest is not None and (won := settled(f"{nearest[1]}, units moved",
+    if nearest is not None and (won := settled(f"{nearest[1]} with units moved",
                                                fixed(nearest[2]))):
         return won, records
     return choice, records

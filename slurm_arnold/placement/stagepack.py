@@ -110,8 +110,8 @@ def packed_counts(problem: TierProblem, group: int, fit: Fit, top: int | None = 
 
 def packings(problem: TierProblem, tier_names: Sequence[str]
              ) -> Iterator[tuple[str, list[dict[str, int]]]]:
-    """Every packing tried, named as reported (``stage packing: 2 stages at a time, best fit,
-    from the leaf switches down``): groups of 1 stage up to the whole pipeline (divisors of
+    """Every packing tried, named as reported (``stage packing (2 stages at a time, best fit,
+    from the leaf switches down)``): groups of 1 stage up to the whole pipeline (divisors of
     the stages), each fit, from every tier down (``tier_names``, nearest first: the tiers
     above the one started from are ignored, so the places there are all open to a group)."""
     for top in reversed(range(len(problem.places))):
@@ -121,8 +121,8 @@ def packings(problem: TierProblem, tier_names: Sequence[str]
                 counts = packed_counts(problem, group, fit, top)
                 if counts is not None:
                     noun = "stage" if group == 1 else "stages"
-                    yield (f"stage packing: {group} {noun} at a time, {fit} fit, "
-                           f"from {where} down"), counts
+                    yield (f"stage packing ({group} {noun} at a time, {fit} fit, "
+                           f"from {where} down)"), counts
 
 
 def weighted_tiers(problem: TierProblem, counts: Sequence[dict[str, int]]) -> list[float]:
