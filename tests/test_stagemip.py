@@ -84,3 +84,36 @@ def test_the_stage_models_stop_where_the_room_runs_out() -> None:
     assert run is not None and run.counts is None
     assert run.stages_placed == 2 and run.status == "infeasible"
     assert run.as_json()["stages_placed"] == 2
+
+
+@pytest.mark.parametrize("index", [3, 25])
+def test_place_keeps_the_stage_models_placement_when_every_stage_fits_its_caps(
+        index: int) -> None:
+    """Random trees 3 and 25 of `arnold bench placement --nvl`: the MIP's arranged answer
+    loses tiers to rivals, no stage packing meets every bar, the stage models do."""
+    from benchmarks.placement_nvl import random_tree
+    from slurm_arnold.placement import JobShape, engine, place, stagemip
+    from slurm_arnold.placement.dominate import regret, tier_vector
+    from slurm_arnold.placement.weights import default_weights
+    from tests.test_tiermip import _rivals
+
+    drawn = random_tree(index)
+    assert drawn is not None
+    topo, free, job = drawn
+    assert isinstance(job, JobShape)
+    weights = default_weights(topo, 0.5)
+    bars = [tier_vector(c, topo, weights) for c in _rivals(topo, free, job)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(stagemip, "place_stages", lambda *_, **__: None)
+        patch.setattr(engine, "TIER_MAX_VARS", 0)
+        without = place(topo, free, job, algo="mip", alpha=0.5, time_limit=120)
+    assert regret(tier_vector(without.cells, topo, weights), bars) > 0
+    got = place(topo, free, job, algo="mip", alpha=0.5, time_limit=120)
+    doc = got.info["dominance"]
+    assert doc["source"] == "stage packing (each stage by its own MIP)"
+    assert doc["rival_tiers_worse_before"] > 0 and doc["rival_tiers_worse_after"] == 0
+    assert doc["stage_models"]["stages_placed"] == job.pp
+    assert regret(tier_vector(got.cells, topo, weights), bars) == 0
+    nodes = got.nodes()
+    assert len(set(nodes)) == job.nodes and set(nodes) <= set(free)
+    assert all(len({topo.domains[n] for n in cell}) == 1 for cell in got.cells.values())
