@@ -63,19 +63,28 @@ class _Tree:
 
     def place(self, nodes: list[Node], units: int, fit: Fit, out: dict[str, int]) -> None:
         """Take ``units`` from under ``nodes`` (module docstring), adding them to ``out``
-        (domain -> units)."""
+        (domain -> units). Ties go to the first place in ``nodes``' order."""
+        # Roomiest first, ties in the given order; places taken whole leave from the front,
+        # so those holding the rest are always a prefix of what is left.
+        ordered = sorted((n for n in nodes if self.room[n] > 0), key=lambda n: -self.room[n])
+        first = 0
         while units > 0:
-            holding = [n for n in nodes if self.room[n] >= units]
-            if holding:
-                key = (lambda n: self.room[n]) if fit == "best" else (lambda n: -self.room[n])
-                self._take(min(holding, key=key), units, fit, out)
-                return
-            largest = max(nodes, key=lambda n: self.room[n])
-            if self.room[largest] == 0:
+            if first == len(ordered):
                 raise ValueError("not enough room")  # the caller checked the total
-            taken = self.room[largest]
-            self._take(largest, taken, fit, out)
+            if self.room[ordered[first]] >= units:
+                pick = first
+                if fit == "best":
+                    while pick + 1 < len(ordered) and self.room[ordered[pick + 1]] >= units:
+                        pick += 1
+                    tightest = self.room[ordered[pick]]
+                    while pick > first and self.room[ordered[pick - 1]] == tightest:
+                        pick -= 1
+                self._take(ordered[pick], units, fit, out)
+                return
+            taken = self.room[ordered[first]]
+            self._take(ordered[first], taken, fit, out)
             units -= taken
+            first += 1
 
     def _take(self, node: Node, units: int, fit: Fit, out: dict[str, int]) -> None:
         self.room[node] -= units  # each place below takes its own share in turn
