@@ -70,19 +70,28 @@ def regret(vector: Sequence[float], bars: Sequence[Sequence[float]]) -> int:
                if ours > theirs + 1e-9)
 
 
+def rival_vectors(rivals: Mapping[str, Cells], topology: Topology,
+                  weights: TierWeights) -> dict[str, tuple[float, ...]]:
+    """Each rival's ``tier_vector``: measured once and handed to the steps that compare with
+    them (at 100k GPUs a vector takes about a tenth of a second)."""
+    return {name: tier_vector(cells, topology, weights) for name, cells in rivals.items()}
+
+
 def rival_regions(ours: Cells, rivals: Mapping[str, Cells], free: Sequence[str],
-                  topology: Topology, weights: TierWeights, most: int) -> dict[str, list[str]]:
+                  topology: Topology, weights: TierWeights, most: int,
+                  vectors: Mapping[str, Sequence[float]] | None = None
+                  ) -> dict[str, list[str]]:
     """For each (rival, tier) where ``ours`` is worse than the rival: the ``free`` nodes under
     the places (NVLink domains or switches) the rival's nodes occupy at that tier, named
     ``the MIP within <rival>'s <places>``, smallest first; a region of more than ``most``
-    nodes, or one met before, is left out."""
+    nodes, or one met before, is left out (``vectors``: ``rival_vectors``, when measured)."""
+    vectors = rival_vectors(rivals, topology, weights) if vectors is None else vectors
     mine = tier_vector(ours, topology, weights)
     places = tier_places(topology)
     regions: dict[str, list[str]] = {}
     seen: set[frozenset[str]] = set()
     for rival, cells in rivals.items():
-        theirs = tier_vector(cells, topology, weights)
-        for (tier, where), a, b in zip(places, mine, theirs, strict=True):
+        for (tier, where), a, b in zip(places, mine, vectors[rival], strict=True):
             if a <= b + 1e-9:
                 continue
             used = {where(n) for ns in cells.values() for n in ns}
@@ -100,7 +109,8 @@ def dominant(ours: dict[Cell, list[str]], rivals: Mapping[str, Cells],
              relayout: Callable[[Cells], dict[Cell, list[str]]], topology: Topology,
              weights: TierWeights, sources: Mapping[str, Cells] | None = None,
              deadline: float | None = None,
-             costly: Mapping[str, Callable[[], Cells | None]] | None = None) -> Choice:
+             costly: Mapping[str, Callable[[], Cells | None]] | None = None,
+             vectors: Mapping[str, Sequence[float]] | None = None) -> Choice:
     """``ours`` unless it is worse than a rival at some tier and the node set of one of the
     ``sources`` (default: the rivals), passed through ``relayout`` (regroup and arrange), is
     nowhere worse than any rival, or worse at fewer (rival, tier) pairs with a summed
@@ -108,8 +118,10 @@ def dominant(ours: dict[Cell, list[str]], rivals: Mapping[str, Cells],
     summed objective, then the first source. ``costly`` candidates (named as they will be
     reported; None: nothing found) are made only after every source, and only while no
     candidate so far is nowhere worse. Past ``deadline`` (``time.monotonic()``) no further
-    candidate is made or laid out: the placement's time limit is a safety net for the whole."""
-    bars = [tier_vector(c, topology, weights) for c in rivals.values()]
+    candidate is made or laid out: the placement's time limit is a safety net for the whole.
+    ``vectors``: ``rival_vectors``, when measured."""
+    vectors = rival_vectors(rivals, topology, weights) if vectors is None else vectors
+    bars = [vectors[name] for name in rivals]
     sources = rivals if sources is None else sources
     mine = tier_vector(ours, topology, weights)
     before = regret(mine, bars)

@@ -302,7 +302,7 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
         references = list(rivals.values())
         best_cells = arrange(best_cells, pool, job, alpha, weights, references)
         if topology.domains:
-            from slurm_arnold.placement.dominate import dominant, rival_regions
+            from slurm_arnold.placement.dominate import dominant, rival_regions, rival_vectors
 
             def relayout(cells: Mapping[Cell, Sequence[str]]) -> dict[Cell, list[str]]:
                 own = {c: list(n) for c, n in cells.items()}
@@ -324,17 +324,19 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
             deadline = t0 + time_limit / (1 - FINISH_SHARE)
             # Last, and only while nothing is nowhere worse: the MIP again, on the free nodes
             # under the places where a rival beat us (it may find fuller racks there).
+            vectors = rival_vectors(theirs, topology, weights)
             regions = rival_regions(best_cells, theirs, free, topology, weights,
-                                    int(len(free) * REGION_SHARE)) if retry_within else {}
+                                    int(len(free) * REGION_SHARE),
+                                    vectors) if retry_within else {}
             costly = {name: functools.partial(_place_within, topology, region, job, alpha,
                                               deadline, max_spreads, weights)
                       for name, region in list(regions.items())[:REGION_TRIES]}
             choice = dominant(best_cells, theirs, relayout, topology, weights, sources,
-                              deadline=deadline, costly=costly)
+                              deadline=deadline, costly=costly, vectors=vectors)
             records = None
             if choice.regret_after > 0:
                 choice, records = _win_back(
-                    choice, theirs, free, topology, weights, job, deadline,
+                    choice, list(vectors.values()), free, topology, weights, job, deadline,
                     lambda c: within(measure(c, job, topology, alpha)))
             if choice.source != "ours":
                 best_cells, best = choice.cells, measure(choice.cells, job, topology, alpha)
@@ -393,9 +395,9 @@ TIER_WORK = 250_000
 TIER_SECONDS = 2.0
 
 
-def _win_back(choice: Choice, rivals: Mapping[str, Mapping[Cell, Sequence[str]]],
-              free: list[str], topology: Topology, weights: TierWeights, job: JobShape,
-              deadline: float, allowed: Callable[[dict[Cell, list[str]]], bool]
+def _win_back(choice: Choice, vectors: Sequence[Sequence[float]], free: list[str],
+              topology: Topology, weights: TierWeights, job: JobShape, deadline: float,
+              allowed: Callable[[dict[Cell, list[str]]], bool]
               ) -> tuple[Choice, dict[str, object] | None]:
     """``choice``, or a placement nowhere worse than any rival, if ``allowed`` (max_spreads):
     the first stage packing (``placement.stagepack``) that is, else the stages placed one by
@@ -403,7 +405,7 @@ def _win_back(choice: Choice, rivals: Mapping[str, Mapping[Cell, Sequence[str]]]
     (``placement.tiermip``) finds, its pipelines moved into place unit by unit where they
     still miss a bar (``placement.repair``), else the packing nearest the bars so repaired;
     with the records of the steps that ran (``stage_models``, ``tier_model``; None: none
-    did)."""
+    did). ``vectors``: the rivals' tier vectors (``dominate.rival_vectors``)."""
     from slurm_arnold.blocks import spread_tiers
     from slurm_arnold.placement.dominate import Choice, regret, tier_vector
     from slurm_arnold.placement.plan import tier_places
@@ -424,7 +426,6 @@ def _win_back(choice: Choice, rivals: Mapping[str, Mapping[Cell, Sequence[str]]]
     nodes_of = nodes_by_domain(free, domain_of, wheres)
     if nodes_of is None:
         return choice, None
-    vectors = [tier_vector(c, topology, weights) for c in rivals.values()]
     bars = [min(column) for column in zip(*vectors, strict=True)]
     names = spread_tiers(topology)
     pairs = [(weights[name].alpha, weights[name].beta) for name in names]
