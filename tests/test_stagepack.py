@@ -9,7 +9,7 @@ import pytest
 
 from slurm_arnold.blocks import spread_tiers
 from slurm_arnold.placement import JobShape, place
-from slurm_arnold.placement.dominate import regret, tier_vector
+from slurm_arnold.placement.dominate import explain, regret, tier_vector
 from slurm_arnold.placement.plan import tier_places
 from slurm_arnold.placement.stagepack import packed_counts, packings, weighted_tiers
 from slurm_arnold.placement.tiermip import (
@@ -124,6 +124,9 @@ def test_place_keeps_a_stage_packing_where_the_mip_loses_a_tier() -> None:
     assert doc["rival_tiers_worse_before"] > 0 and doc["rival_tiers_worse_after"] == 0
     assert regret(tier_vector(got.cells, topo, weights), bars) == 0
     assert got.info["source"] == doc["source"]
+    line = explain(doc)  # arnold place's line: the packing made its own layout
+    assert line is not None and line.startswith(f"kept {doc['source']}: ")
+    assert "laid out by arnold" not in line and "nowhere worse than them" in line
     nodes_used = got.nodes()
     assert len(set(nodes_used)) == job.nodes and set(nodes_used) <= set(free)
     assert all(len({topo.domains[n] for n in cell}) == 1 for cell in got.cells.values())
