@@ -429,7 +429,9 @@ def markdown(result: dict[str, Any], command: str) -> str:
                           "for one nowhere worse)"
                           for scale, s in result["summary"].items()) + ". Where no "
               "candidate was nowhere worse, a stage packing (`placement.stagepack`: stages "
-              "packed a few at a time into the fewest places, tier by tier) was kept in "
+              "packed a few at a time into the fewest places, tier by tier; "
+              "`placement.stagemip`: stages placed one by one, each DP spread capped where "
+              "no pipeline can break a bar) was kept in "
               + ", ".join(f"{s['stage_packing_kept']} at {scale} GPUs"
                           for scale, s in result["summary"].items())
               + "; where none was, the tier model (`placement.tiermip`: every tier "
