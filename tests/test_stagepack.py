@@ -30,11 +30,9 @@ def _tree_problem(topo: Topology, free: list[str], job: JobShape) -> tuple[
     nodes_of = nodes_by_domain(free, lambda n: topo.domains.get(n, n), wheres)
     assert nodes_of is not None
     weights = default_weights(topo, 0.5)
-    m = job.nodes_per_unit
-    caps = {d: len(ns) // m for d, ns in nodes_of.items() if len(ns) >= m}
-    problem = TierProblem(caps, [{d: where(nodes_of[d][0]) for d in caps} for where in wheres],
-                          [(weights[t].alpha, weights[t].beta) for t in spread_tiers(topo)],
-                          [99.0] * len(wheres), job.pp, job.columns)
+    problem = TierProblem.of_free(
+        nodes_of, wheres, [(weights[t].alpha, weights[t].beta) for t in spread_tiers(topo)],
+        [99.0] * len(wheres), job.pp, job.columns, job.nodes_per_unit)
     return problem, nodes_of
 
 

@@ -430,10 +430,7 @@ def _win_back(choice: Choice, vectors: Sequence[Sequence[float]], free: list[str
     names = spread_tiers(topology)
     pairs = [(weights[name].alpha, weights[name].beta) for name in names]
     m = job.nodes_per_unit
-    capacities = {d: len(ns) // m for d, ns in nodes_of.items() if len(ns) >= m}
-    problem = TierProblem(capacities, [{d: where(nodes_of[d][0]) for d in capacities}
-                                       for where in wheres],
-                          pairs, bars, job.pp, job.columns)
+    problem = TierProblem.of_free(nodes_of, wheres, pairs, bars, job.pp, job.columns, m)
     # Tree order: the order of the free nodes, which is the topology's.
     order = list(nodes_of)
 

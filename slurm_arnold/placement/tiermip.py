@@ -56,6 +56,17 @@ class TierProblem:
     stages: int
     columns: int
 
+    @classmethod
+    def of_free(cls, nodes_of: dict[str, list[str]], places: Sequence[Callable[[str], str]],
+                weights: list[tuple[float, float]], bars: list[float], stages: int,
+                columns: int, nodes_per_unit: int) -> TierProblem:
+        """The problem on the free nodes of each domain (``nodes_by_domain``), units of
+        ``nodes_per_unit`` nodes; ``places``: node -> its place per tier, nearest first."""
+        caps = {d: len(ns) // nodes_per_unit for d, ns in nodes_of.items()
+                if len(ns) >= nodes_per_unit}
+        return cls(caps, [{d: where(nodes_of[d][0]) for d in caps} for where in places],
+                   weights, bars, stages, columns)
+
     def size(self) -> int:
         """Variables of the model (n, r and c), to decide whether it is worth building."""
         per_stage = sum(len(set(p.values())) for p in self.places)
