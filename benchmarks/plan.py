@@ -53,12 +53,19 @@ def table1(path: Path) -> list[dict[str, Any]]:
         eager, est_eager, _ = evaluate_best(r.model, a100, SELENE,
                                             replace(bare, attention="eager"), set(),
                                             r.global_batch)
+        # ... and the stack the runs had as a whole: no sequence parallelism either (2022).
+        as_run, est_as_run, _ = evaluate_best(
+            r.model, a100, SELENE, replace(bare, attention="eager", sequence_parallel=False),
+            set(), r.global_batch)
         out.append({
             "evaluate_layout": describe(chosen), "evaluate_tflops": est.tflops_per_gpu,
             "evaluate_error": est.tflops_per_gpu / r.tflops_per_gpu - 1,
             "evaluate_eager_layout": describe(eager),
             "evaluate_eager_tflops": est_eager.tflops_per_gpu,
             "evaluate_eager_error": est_eager.tflops_per_gpu / r.tflops_per_gpu - 1,
+            "evaluate_as_run_layout": describe(as_run),
+            "evaluate_as_run_tflops": est_as_run.tflops_per_gpu,
+            "evaluate_as_run_error": est_as_run.tflops_per_gpu / r.tflops_per_gpu - 1,
             "model": r.model.name, "gpus": r.layout.gpus, "batch": r.global_batch,
             "published_layout": f"TP{r.layout.tp} PP{r.layout.pp} DP{r.layout.dp}",
             "published_tflops": r.tflops_per_gpu, "predicted_tflops": pub.tflops_per_gpu,
@@ -269,8 +276,8 @@ def markdown(rows: list[dict[str, Any]], speeds: list[dict[str, Any]], command: 
              f"Command: `{command}`. A100: matrix multiplications at {EFFICIENCY['a100-80g']} "
              f"of peak and elementwise traffic {ELEMENTWISE_TRAFFIC} x the activations per pass "
              f"at HBM bandwidth, both fitted on the rows {', '.join(CALIBRATION_ROWS)} and "
-             "checked on the others (`slurm_arnold/plan/reference.py`; eager attention, as the "
-             "paper ran); "
+             "checked on the others (`slurm_arnold/plan/reference.py`; eager attention and no "
+             "sequence parallelism, as the paper ran); "
              "network: Selene's (NVLink 3, one 200 Gb/s HDR link per GPU). The planner is exact "
              "over its space: NEST's dynamic program for the cut of the layers into stages "
              "(memory checked inside it), every template priced, those whose lower bound "
@@ -278,18 +285,25 @@ def markdown(rows: list[dict[str, Any]], speeds: list[dict[str, Any]], command: 
              "| model | GPUs | published layout | published TFLOP/s | predicted | error | "
              "`--evaluate` given TP and PP only (FlashAttention) | its TFLOP/s | error | "
              "the same with `--attention eager` | its TFLOP/s | error | "
-             "planner's layout | its TFLOP/s | GiB/GPU |", "|" + "---|" * 15]
+             "the same with `--attention eager --no-sequence-parallel` | its TFLOP/s | error | "
+             "planner's layout | its TFLOP/s | GiB/GPU |", "|" + "---|" * 18]
     for r in rows:
         lines.append(f"| {r['model']} | {r['gpus']} | {r['published_layout']} | "
                      f"{r['published_tflops']:.0f} | {r['predicted_tflops']:.1f} | "
                      f"{r['error']:+.1%} | {r['evaluate_layout']} | {r['evaluate_tflops']:.1f} | "
                      f"{r['evaluate_error']:+.1%} | {r['evaluate_eager_layout']} | "
                      f"{r['evaluate_eager_tflops']:.1f} | {r['evaluate_eager_error']:+.1%} | "
+                     f"{r['evaluate_as_run_layout']} | {r['evaluate_as_run_tflops']:.1f} | "
+                     f"{r['evaluate_as_run_error']:+.1%} | "
                      f"{r['planned_layout']} | {r['planned_tflops']:.1f} | "
                      f"{r['planned_gib']:.1f} |")
     worst = max(abs(r["error"]) for r in rows) if rows else 0.0
     for key, what in (("evaluate_error", "with FlashAttention (the default)"),
-                      ("evaluate_eager_error", "with `--attention eager`, as the runs were made")):
+                      ("evaluate_eager_error", "with `--attention eager` (Megatron-LM's "
+                       "stack of 2022: sequence parallelism, no FlashAttention)"),
+                      ("evaluate_as_run_error", "with `--attention eager "
+                       "--no-sequence-parallel`, the stack the runs were made with (2021: "
+                       "neither FlashAttention nor sequence parallelism)")):
         within = sum(abs(r[key]) <= 0.10 for r in rows)
         lines += ["", f"`--evaluate` given only the model, GPUs, batch, TP and PP, {what}: "
                   f"{within} of {len(rows)} rows within 10%, largest error "

@@ -54,6 +54,10 @@ log = logging.getLogger("arnold.plan")
               show_default=True,
               help="flash: FlashAttention, scores never stored; eager: stored (the formula of "
                    "Korthikanti et al., for runs made without FlashAttention).")
+@click.option("--sequence-parallel/--no-sequence-parallel", default=True, show_default=True,
+              help="Whether the stack splits the layer norms and dropouts over the TP ranks "
+                   "(Megatron-LM's --sequence-parallel, Korthikanti et al. 2022; runs before "
+                   "2022 did not).")
 @click.option("--rank-order", type=click.Choice(["tp-dp-pp", "tp-pp-dp"]), default="tp-dp-pp",
               show_default=True, help="How the ranks fill nodes and leaves (--evaluate).")
 @click.option("--explain", is_flag=True,
@@ -68,7 +72,8 @@ def plan(model_name: str | None, gpus: int | None, global_batch: int | None,
          evaluate: bool, tp: int | None,
          pp: int | None, dp: int | None, cp: int, ep: int, micro_batch: int, zero: int,
          recompute: str, interleave: int, stages_text: str | None, attention: str,
-         rank_order: str, explain: bool, nest_input: str | None, as_json: bool) -> None:
+         sequence_parallel: bool, rank_order: str, explain: bool, nest_input: str | None,
+         as_json: bool) -> None:
     """The fastest TP/PP/DP/CP/EP, rank order, stage cut, ZeRO stage, recomputation and
     micro-batch that fit (exact over its space: NEST's dynamic program for the cut, priced by the
     cost model in slurm_arnold/plan/cost.py); or, with --evaluate, what a given layout costs."""
@@ -104,7 +109,8 @@ def plan(model_name: str | None, gpus: int | None, global_batch: int | None,
         dp = dp if dp is not None else gpus // (tp * pp * cp)
         layout = Layout(tp, pp, dp, micro_batch=micro_batch, zero=zero, recompute=recompute,
                         interleave=interleave, cp=cp, ep=ep, stages=_stages(stages_text),
-                        order=rank_order, attention=attention)
+                        order=rank_order, attention=attention,
+                        sequence_parallel=sequence_parallel)
         if layout.gpus != gpus:
             raise ArnoldError(f"TP x PP x DP x CP = {tp} x {pp} x {dp} x {cp} = {layout.gpus}"
                               f" GPUs, not --gpus {gpus}; fix --dp or --gpus")
@@ -121,7 +127,8 @@ def plan(model_name: str | None, gpus: int | None, global_batch: int | None,
                                                  else [])}
     else:
         result = search(model, gpu, network, gpus, global_batch, gpus_per_node=gpus_per_node,
-                        leaf_nodes=leaf_nodes)
+                        leaf_nodes=leaf_nodes, attention=attention,
+                        sequence_parallel=sequence_parallel)
         best = (result.layout, result.estimate)
         alternatives: list[dict[str, Any]] = [
             plan_json(model, lay, est) | {"slower_by": why(best, (lay, est))}
@@ -142,7 +149,9 @@ def plan(model_name: str | None, gpus: int | None, global_batch: int | None,
                f"interleave {doc['interleave']}"
                + (f", CP {doc['cp']}" if doc["cp"] > 1 else "")
                + (f", EP {doc['ep']}" if doc["ep"] > 1 else "")
-               + f", rank order {doc['rank_order']}")
+               + f", rank order {doc['rank_order']}"
+               + (f", {doc['attention']} attention" if doc["attention"] != "flash" else "")
+               + ("" if doc["sequence_parallel"] else ", no sequence parallelism"))
     sizes = [b - a + 1 for a, b in doc["stages"]]
     if len(set(sizes)) > 1:
         click.echo(f"  layers per stage: {','.join(map(str, sizes))}")

@@ -65,7 +65,7 @@ from slurm_arnold.plan.catalog import GpuSpec, ModelSpec
 #: checks the rest). h100-80g: fitted on the one H100 figure the repo has, Llama 3 405B on
 #: 8,192 GPUs (430 TFLOP/s, Meta's Llama 3 paper), with the traffic kept; no second H100 figure
 #: checks it. h200: the same chip as H100 with more and faster memory, so H100's share.
-EFFICIENCY = {"a100-80g": 0.629, "h100-80g": 0.711, "h200": 0.711}
+EFFICIENCY = {"a100-80g": 0.66, "h100-80g": 0.711, "h200": 0.711}
 ELEMENTWISE_TRAFFIC = 2.75
 #: For a GPU the cost model has no figure for (a TOML file without ``efficiency``).
 DEFAULT_EFFICIENCY = 0.5
@@ -156,12 +156,16 @@ def elementwise_seconds(model: ModelSpec, gpu: GpuSpec, layout: Layout,
                         traffic: float | None = None) -> float:
     """One pass of one layer's memory-bound work on one GPU: ``traffic`` (default
     ``ELEMENTWISE_TRAFFIC``) times the layer's activation bytes (``s b h (34 + 5as/h)``, the
-    scores' term only with eager attention), split over TP and CP, at HBM bandwidth."""
+    scores' term only with eager attention), split over CP, and over TP where sequence
+    parallelism splits it: without it, the layer norms, dropouts and residual adds (10 of the
+    34) run whole on every TP rank (Korthikanti et al., eq. 2 against eq. 4), at HBM
+    bandwidth."""
     s = model.seq_len / layout.cp
-    b, h, a = layout.micro_batch, model.hidden, model.heads
+    b, h, a, t = layout.micro_batch, model.hidden, model.heads, layout.tp
     scores = 5 * a * s / h if layout.attention == "eager" else 0.0
     k = ELEMENTWISE_TRAFFIC if traffic is None else traffic
-    return k * s * b * h * (34 + scores) / layout.tp / gpu.hbm_bytes_per_s
+    per_rank = (34 + scores) / t if layout.sequence_parallel else 10 + (24 + scores) / t
+    return k * s * b * h * per_rank / gpu.hbm_bytes_per_s
 
 
 def activation_bytes_per_layer(model: ModelSpec, layout: Layout) -> float:
@@ -356,6 +360,15 @@ def gemm_efficiency(gpu: GpuSpec) -> float:
     return EFFICIENCY.get(gpu.name, DEFAULT_EFFICIENCY)
 
 
+def pp_message_bytes(model: ModelSpec, layout: Layout) -> float:
+    """Bytes one GPU sends over a stage boundary per micro-batch and direction: its 1/TP
+    slice of the activations, with or without sequence parallelism (without it, Megatron-LM
+    scatters the replicated activations over the TP ranks' links and gathers them behind the
+    boundary; SC'21 section 4.1)."""
+    return BYTES_PER_VALUE * layout.micro_batch * model.seq_len * model.hidden / layout.cp \
+        / layout.tp
+
+
 def stage_model(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: Layout,
                 global_batch: int, *, gpus_per_node: int = 8,
                 efficiency: float | None = None, leaf_nodes: int = LEAF_NODES,
@@ -397,9 +410,16 @@ def stage_model(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: L
         ep_span = ep * tp * cp * (1 if layout.order == "tp-dp-pp" else p)
         bw, lat = _tier(network, span_level(0, ep_span, gpus_per_node, leaf_nodes))
         layer_comm += 2 * passes * ((ep - 1) / ep * tokens_bytes / bw + (ep - 1) * lat)
-    message = BYTES_PER_VALUE * b * s * h / cp / (tp if layout.sequence_parallel else 1)
+    message = pp_message_bytes(model, layout)
     links = {lv: _tier(network, lv) for lv in set(bounds)}  # few tiers, many boundaries
-    boundary = tuple(links[lv][1] + message / links[lv][0] for lv in bounds)
+    # Without sequence parallelism each TP rank sends its 1/TP slice of the replicated
+    # activations and the receivers all-gather them over NVLink (SC'21 section 4.1,
+    # scatter/gather); with it the slices are what the next layer takes anyway.
+    gather = 0.0
+    if not layout.sequence_parallel and tp > 1:
+        nv_bw, nv_lat = _tier(network, 0)
+        gather = (tp - 1) * message / nv_bw + (tp - 1) * nv_lat
+    boundary = tuple(links[lv][1] + message / links[lv][0] + gather for lv in bounds)
     embeddings = _embeddings(model, p)
     # Most stages hold no embedding: price each distinct amount once (deep pipelines have
     # dozens of stages, and the search prices thousands of layouts).
@@ -509,8 +529,7 @@ def communication_volumes(model: ModelSpec, layout: Layout,
     dense, expert = _params_per_gpu(model, layout, first, model.embedding_params())
     ring = 2 * (n_dp - 1) / n_dp if n_dp > 1 else 0.0
     dp_bytes = ring * BYTES_PER_VALUE * (dense + expert) * (2 if layout.zero >= 3 else 1)
-    message = BYTES_PER_VALUE * layout.micro_batch * model.seq_len * model.hidden / layout.cp \
-        / (layout.tp if layout.sequence_parallel else 1)
+    message = pp_message_bytes(model, layout)
     pp_bytes = 2 * m * layout.interleave * message if layout.pp > 1 else 0.0
     return dp_bytes, pp_bytes, m
 
@@ -545,6 +564,5 @@ def block_times(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: L
         out["tf"].append(n * f_layer + extra)
         out["tb"].append(n * b_layer + extra)
         out["tw"].append(n * w_layer + extra)
-    message = BYTES_PER_VALUE * layout.micro_batch * model.seq_len * model.hidden / layout.cp \
-        / (layout.tp if layout.sequence_parallel else 1)
+    message = pp_message_bytes(model, layout)
     return out | {"message_bytes": message, "microbatches": sm.microbatches}

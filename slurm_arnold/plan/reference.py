@@ -101,7 +101,8 @@ class PublishedRow:
 
 def read_table(path: Path) -> list[PublishedRow]:
     """The rows of ``megatron-sc21-table1.csv`` matched to the catalogue's GPT models (micro-
-    batch 1, full recomputation, no ZeRO, eager attention: the paper predates FlashAttention)."""
+    batch 1, full recomputation, no ZeRO, eager attention, no sequence parallelism: the paper
+    predates FlashAttention and Korthikanti et al.'s sequence parallelism)."""
     lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
     by_shape = {(m.layers, m.hidden, m.heads): m for m in MODELS.values()
                 if m.name.startswith("gpt-")}
@@ -109,7 +110,7 @@ def read_table(path: Path) -> list[PublishedRow]:
     for r in csv.DictReader(lines):
         model = by_shape[(int(r["layers"]), int(r["hidden"]), int(r["heads"]))]
         layout = Layout(int(r["tp"]), int(r["pp"]), int(r["dp"]), micro_batch=1, zero=0,
-                        recompute="full", attention="eager")
+                        recompute="full", attention="eager", sequence_parallel=False)
         out.append(PublishedRow(model, layout, int(r["global_batch"]),
                                 float(r["tflops_per_gpu"])))
     return out

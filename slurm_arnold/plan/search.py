@@ -56,9 +56,11 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def templates(model: ModelSpec, gpus: int, global_batch: int,
-              gpus_per_node: int) -> list[Layout]:
-    """Every layout of the job up to its cut and ZeRO stage (both chosen by the search)."""
+def templates(model: ModelSpec, gpus: int, global_batch: int, gpus_per_node: int, *,
+              attention: str = "flash", sequence_parallel: bool = True) -> list[Layout]:
+    """Every layout of the job up to its cut and ZeRO stage (both chosen by the search), with
+    the software stack's ``attention`` kernel and ``sequence_parallel`` (not the search's
+    to choose: the stack has them or not)."""
     out = []
     tps = [t for t in (1, 2, 4, 8, 16) if t <= gpus_per_node and model.heads % t == 0
            and gpus % t == 0]
@@ -85,7 +87,9 @@ def templates(model: ModelSpec, gpus: int, global_batch: int,
                                 for order in orders:
                                     out.append(Layout(tp, pp, dp, micro_batch=mb, zero=0,
                                                       recompute=rc, interleave=v, cp=cp,
-                                                      ep=ep, order=order))
+                                                      ep=ep, order=order,
+                                                      attention=attention,
+                                                      sequence_parallel=sequence_parallel))
     return out
 
 
@@ -99,7 +103,8 @@ def _lower_bound(sm: StageModel, layers: int) -> float:
 
 def search(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, gpus: int,
            global_batch: int, *, gpus_per_node: int = 8, top: int = 5,
-           leaf_nodes: int = LEAF_NODES, equal_stages: bool = False) -> Plan:
+           leaf_nodes: int = LEAF_NODES, equal_stages: bool = False,
+           attention: str = "flash", sequence_parallel: bool = True) -> Plan:
     """The fastest layout that fits; ``InfeasibleError`` naming the GPU count that could.
 
     Each template (TP, CP, EP, PP, DP, rank order, micro-batch, recomputation, interleaving)
@@ -108,11 +113,13 @@ def search(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, gpus: int,
     still binds the cut. Templates are taken in order of a lower bound on their time and those
     whose bound cannot beat the ``top + 1``-th best found are skipped: the winner and the
     runners-up are exactly those of the whole space. ``equal_stages`` restricts the cuts to
-    equal stages (what the first version searched; the benchmark compares the two)."""
+    equal stages (what the first version searched; the benchmark compares the two).
+    ``attention`` and ``sequence_parallel``: the software stack's (see ``templates``)."""
     t0 = time.monotonic()
     limit = gpu.memory_bytes
     priced = []
-    for lay in templates(model, gpus, global_batch, gpus_per_node):
+    for lay in templates(model, gpus, global_batch, gpus_per_node, attention=attention,
+                         sequence_parallel=sequence_parallel):
         if equal_stages and model.layers % lay.pp:
             continue
         sm = stage_model(model, gpu, network, lay, global_batch, gpus_per_node=gpus_per_node,
@@ -156,7 +163,8 @@ def search(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, gpus: int,
         if template_best < math.inf:
             bisect.insort(bests, template_best)
     if not scored:
-        need = smallest_fitting(model, gpu, network, global_batch, gpus_per_node)
+        need = smallest_fitting(model, gpu, network, global_batch, gpus_per_node,
+                                attention=attention, sequence_parallel=sequence_parallel)
         raise InfeasibleError(
             f"{model.name} does not fit on {gpus} x {gpu.name} with global batch {global_batch}"
             f" in any layout; " + (f"the smallest job that fits has {need} GPUs: ask for that"
@@ -182,15 +190,17 @@ def search(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, gpus: int,
 
 
 def smallest_fitting(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, global_batch: int,
-                     gpus_per_node: int) -> int | None:
+                     gpus_per_node: int, *, attention: str = "flash",
+                     sequence_parallel: bool = True) -> int | None:
     """The fewest GPUs (whole nodes) with some layout and cut that fit in memory, from the
     floor the weights and Adam states set (ZeRO-3) upwards; ``None`` beyond 65,536. Only the
     leanest variant of each template is tried: ZeRO-3 (where DP > 1), full recomputation,
-    micro-batch 1, no interleaving."""
+    micro-batch 1, no interleaving; ``attention`` and ``sequence_parallel`` as ``search``'s."""
     n = max(gpus_per_node, math.ceil(smallest_fitting_gpus(model, gpu) / gpus_per_node)
             * gpus_per_node)
     while n <= 65_536:
-        for lay in templates(model, n, global_batch, gpus_per_node):
+        for lay in templates(model, n, global_batch, gpus_per_node, attention=attention,
+                             sequence_parallel=sequence_parallel):
             if lay.micro_batch > 1 or lay.interleave > 1 or lay.recompute != "full":
                 continue
             lean = replace(lay, zero=3 if lay.dp * lay.cp > 1 else 0)
@@ -224,7 +234,8 @@ def why(best: tuple[Layout, Estimate], other: tuple[Layout, Estimate]) -> str:
 
 
 #: What ``arnold plan --evaluate`` chooses itself when the command line does not say (Layout's
-#: field names); TP, PP, DP, CP, EP and the attention kernel are always the user's.
+#: field names); TP, PP, DP, CP, EP, the attention kernel and sequence parallelism are always
+#: the user's.
 CHOOSABLE = ("recompute", "micro_batch", "zero", "interleave", "order")
 
 
@@ -305,6 +316,7 @@ def plan_json(model: ModelSpec, layout: Layout, est: Estimate, *, search_seconds
         "interleave": layout.interleave,
         "stages": [[a, b - 1] for a, b in itertools.pairwise(bounds)],
         "rank_order": layout.order, "attention": layout.attention,
+        "sequence_parallel": layout.sequence_parallel,
         "step_seconds": round(est.step_seconds, 4),
         "tflops_per_gpu": round(est.tflops_per_gpu, 2), "mfu": round(est.mfu, 4),
         "memory_gib_per_gpu": round(est.memory_gib_per_gpu, 2), "fits": est.fits,
