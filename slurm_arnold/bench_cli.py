@@ -499,6 +499,7 @@ def bench_plan(quick: bool, reference: str, nest_dir: str, docs: str, as_json: b
     from benchmarks.placement import write_section
     from benchmarks.plan import (
         flash_runs,
+        korthikanti_runs,
         llama_405b,
         markdown,
         mosaic_h100,
@@ -514,13 +515,15 @@ def bench_plan(quick: bool, reference: str, nest_dir: str, docs: str, as_json: b
     llama = llama_405b()
     flash = flash_runs()
     mosaic = mosaic_h100()
+    korthikanti = korthikanti_runs()
     nest = nest_instances(Path(nest_dir)) if Path(nest_dir).is_dir() else []
     if not quick:
         write_section(Path(docs), "plan", markdown(rows, speeds, "arnold bench plan", llama,
-                                                   nest, flash, mosaic))
+                                                   nest, flash, mosaic, korthikanti))
     if as_json:
         click.echo(json.dumps({"table1": rows, "speed": speeds, "llama3_405b": llama,
-                               "nest": nest, "flash_runs": flash, "mosaic_h100": mosaic}))
+                               "nest": nest, "flash_runs": flash, "mosaic_h100": mosaic,
+                               "korthikanti": korthikanti}))
         return
     for r in rows:
         click.echo(f"{r['model']}: published {r['published_tflops']:.0f}, predicted "
@@ -529,6 +532,10 @@ def bench_plan(quick: bool, reference: str, nest_dir: str, docs: str, as_json: b
     for f in flash:
         click.echo(f"{f['model']} (FlashAttention): published {f['published_tokens_per_s']:,.0f}"
                    f" tokens/s, predicted {f['predicted_tokens_per_s']:,.0f} ({f['error']:+.1%})")
+    for k in korthikanti:
+        click.echo(f"{k['model']} on {k['gpus']} GPUs (Megatron-LM 2022, SP + selective): "
+                   f"published {k['published_present_s']:.2f} s, predicted "
+                   f"{k['predicted_present_s']:.2f} s ({k['present_error']:+.1%})")
     for sp in speeds:
         click.echo(f"search {sp['model']} on {sp['gpus']} GPUs: {sp['seconds']:.3f} s")
     for nr in nest:

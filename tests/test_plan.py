@@ -25,8 +25,10 @@ from slurm_arnold.plan.cost import (
     elementwise_seconds,
     estimate,
     group_levels,
+    layer_forward_flops,
     model_flops,
     pp_message_bytes,
+    recompute_elementwise_seconds,
     stage_model,
     state_bytes_per_gpu,
 )
@@ -34,12 +36,15 @@ from slurm_arnold.plan.nest import best_cut, brute_force_cut, recursion_cut
 from slurm_arnold.plan.reference import (
     CALIBRATION_ROWS,
     FLASH_RUNS,
+    KORTHIKANTI_RUNS,
     LLAMA_405B,
     SELENE,
     fit_efficiency,
     fit_h100_efficiency,
     fit_roofline,
     flash_run_estimate,
+    korthikanti_evaluate,
+    korthikanti_layouts,
     llama_405b_estimate,
     read_table,
     relative_error,
@@ -187,6 +192,41 @@ def test_published_flashattention_runs_are_checked_within_15_percent() -> None:
         eager_tokens = run["batch"] * run["model"].seq_len / eager.step_seconds
         assert abs(eager_tokens / run["tokens_per_s"] - 1) > abs(tokens / run["tokens_per_s"]
                                                                 - 1)
+
+
+def test_selective_recomputation_redoes_the_eager_softmax_traffic() -> None:
+    m = MODELS["gpt-7.5b"]  # s 2048, h 4096, a 32: 5as/h = 80
+    sel = Layout(8, 1, 16, recompute="selective", attention="eager")
+    full_pass = elementwise_seconds(m, A100, sel)
+    assert recompute_elementwise_seconds(m, A100, sel) == pytest.approx(full_pass * 80 / 114)
+    for other in (replace(sel, attention="flash"), replace(sel, recompute="none"),
+                  replace(sel, recompute="full")):
+        assert recompute_elementwise_seconds(m, A100, other) == 0.0
+    # It is in the layer's time: one layer of selective costs its extra FLOPs and traffic.
+    none = replace(sel, recompute="none")
+    sm_sel, sm_none = (stage_model(m, A100, SELENE, lay, 512) for lay in (sel, none))
+    _, scores, _ = layer_forward_flops(m, 1)
+    extra_flops = scores / 8 / (EFFICIENCY["a100-80g"] * A100.peak_flops)
+    assert sm_sel.layer_seconds - sm_none.layer_seconds == pytest.approx(
+        extra_flops + recompute_elementwise_seconds(m, A100, sel))
+
+
+def test_megatron_2022_runs_are_checked_within_15_percent() -> None:
+    # Korthikanti et al.'s runs, fitted on by nothing (15%: the issue's rule for published
+    # runs the project does not have), each as it ran; sequence parallelism with selective
+    # recomputation is the faster of the two, as the paper found (29-32% more throughput).
+    for run in KORTHIKANTI_RUNS:
+        full, present = korthikanti_layouts(run)
+        new = estimate(run["model"], A100, SELENE, present, run["batch"])
+        assert new.fits
+        assert abs(run["present_s"] / new.step_seconds - 1) <= 0.15, run["model"].name
+        if run["full_s"] is not None:
+            old = estimate(run["model"], A100, SELENE, full, run["batch"])
+            assert abs(run["full_s"] / old.step_seconds - 1) <= 0.15, run["model"].name
+            assert old.step_seconds > new.step_seconds
+        lay, est = korthikanti_evaluate(run)
+        assert est.fits and (lay.attention, lay.sequence_parallel) == ("eager", True)
+        assert est.step_seconds <= new.step_seconds * (1 + 1e-9)  # the best that fits
 
 
 def test_mosaicml_h100_runs_say_what_the_catalogue_figure_assumes() -> None:

@@ -168,6 +168,21 @@ def elementwise_seconds(model: ModelSpec, gpu: GpuSpec, layout: Layout,
     return k * s * b * h * per_rank / gpu.hbm_bytes_per_s
 
 
+def recompute_elementwise_seconds(model: ModelSpec, gpu: GpuSpec, layout: Layout,
+                                  traffic: float | None = None) -> float:
+    """The memory-bound work selective recomputation redoes in the backward pass of one layer
+    on one GPU: the attention scores' softmax and dropout (the ``5as/h`` term of
+    ``elementwise_seconds``), which it recomputes with the score matrix multiplications
+    (Korthikanti et al., section 5). Zero for other modes and with FlashAttention, whose
+    backward recomputes its scores inside the kernel."""
+    if layout.recompute != "selective" or layout.attention != "eager":
+        return 0.0
+    s = model.seq_len / layout.cp
+    b, h, a = layout.micro_batch, model.hidden, model.heads
+    k = ELEMENTWISE_TRAFFIC if traffic is None else traffic
+    return k * s * b * h * (5 * a * s / h) / layout.tp / gpu.hbm_bytes_per_s
+
+
 def activation_bytes_per_layer(model: ModelSpec, layout: Layout) -> float:
     """Activation bytes of one layer for one micro-batch on one GPU (Korthikanti et al.)."""
     s = model.seq_len / layout.cp
@@ -385,7 +400,8 @@ def stage_model(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: L
     layer_flops = (model_flops(model, b, layout.recompute, layout.attention) - logits_flops) \
         / model.layers
     layer_compute = layer_flops / (tp * cp) / speed + \
-        passes_of(layout) * elementwise_seconds(model, gpu, layout, traffic)
+        passes_of(layout) * elementwise_seconds(model, gpu, layout, traffic) + \
+        recompute_elementwise_seconds(model, gpu, layout, traffic)
     dp_level, bounds = group_levels(layout.order, tp, cp, p, layout.dp, gpus_per_node,
                                     leaf_nodes)
     passes = 3 if layout.recompute == "full" else 2  # forward, backward, recomputed forward
@@ -554,7 +570,8 @@ def block_times(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, layout: L
     comm = (sm.layer_seconds - sm.layer_compute_seconds) / passes  # one pass's collectives
     memory = elementwise_seconds(model, gpu, layout)  # one pass's memory-bound work
     f_layer = (dense + scores) * share + comm + memory
-    b_layer = (dense + 2 * scores + redo) * share + (comm + memory) * (passes - 1)
+    b_layer = (dense + 2 * scores + redo) * share + (comm + memory) * (passes - 1) \
+        + recompute_elementwise_seconds(model, gpu, layout)
     w_layer = dense * share
     cut = layout.stage_layers(model.layers)
     last = len(cut) - 1

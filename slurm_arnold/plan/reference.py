@@ -52,6 +52,29 @@ FLASH_RUNS: tuple[dict[str, Any], ...] = (
      "batch": 512, "tokens_per_s": 85_000.0},
 )
 
+#: Megatron-LM of 2022 on Selene (the A100 fit's machine), fitted on by nothing: Korthikanti et
+#: al., "Reducing Activation Recomputation in Large Transformer Models" (MLSys 2023), Table 3
+#: (shapes and layouts: TP 8, no data parallelism, micro-batch 4 for 22B and 1 above;
+#: sequence 2,048, vocabulary 51,200; interleaved over 3 chunks for 175B and 530B, section 6)
+#: and Table 5 (seconds per iteration): with full recomputation and no sequence parallelism
+#: (``full_s``) and with sequence parallelism and selective recomputation (``present_s``), eager
+#: attention both (FlashAttention came later). The last row is section 6.3's 530B at 8-way data
+#: parallelism (2,240 GPUs, batch scaled with it), which the paper gives for the latter only.
+KORTHIKANTI_RUNS: tuple[dict[str, Any], ...] = (
+    {"model": ModelSpec("gpt-22b", 48, 6144, 64, 4 * 6144, 51200, 2048), "tp": 8, "pp": 1,
+     "dp": 1, "batch": 4, "micro_batch": 4, "interleave": 1, "full_s": 1.42,
+     "present_s": 1.10},
+    {"model": ModelSpec("gpt-175b", 96, 12288, 96, 4 * 12288, 51200, 2048), "tp": 8, "pp": 8,
+     "dp": 1, "batch": 64, "micro_batch": 1, "interleave": 3, "full_s": 18.13,
+     "present_s": 13.75},
+    {"model": MODELS["gpt-529.6b"], "tp": 8, "pp": 35, "dp": 1, "batch": 280, "micro_batch": 1,
+     "interleave": 3, "full_s": 49.05, "present_s": 37.83},
+    {"model": MODELS["gpt-1008b"], "tp": 8, "pp": 64, "dp": 1, "batch": 512, "micro_batch": 1,
+     "interleave": 1, "full_s": 94.42, "present_s": 71.49},
+    {"model": MODELS["gpt-529.6b"], "tp": 8, "pp": 35, "dp": 8, "batch": 2240,
+     "micro_batch": 1, "interleave": 3, "full_s": None, "present_s": 39.15},
+)
+
 #: MosaicML's MPT models (llm-foundry ``scripts/train/yamls/pretrain/mpt-*.yaml``: layers,
 #: d_model, heads; FFN 4 d_model; vocabulary 50,368).
 MPT_SHAPES = {"mpt-760m": (24, 1536, 12), "mpt-1b": (24, 2048, 16), "mpt-3b": (32, 2560, 20),
@@ -163,6 +186,31 @@ def flash_run_estimate(run: dict[str, Any]) -> tuple[Layout, Any]:
 
     lay, est, _ = evaluate_best(run["model"], GPUS["a100-80g"], SELENE,
                                 Layout(1, 1, int(run["gpus"])), set(), int(run["batch"]))
+    return lay, est
+
+
+def korthikanti_layouts(run: dict[str, Any]) -> tuple[Layout, Layout]:
+    """The two layouts of one of ``KORTHIKANTI_RUNS`` as the paper ran them: full
+    recomputation without sequence parallelism, and sequence parallelism with selective
+    recomputation (eager attention, no ZeRO: the paper has neither)."""
+    from dataclasses import replace
+
+    full = Layout(int(run["tp"]), int(run["pp"]), int(run["dp"]),
+                  micro_batch=int(run["micro_batch"]), zero=0, recompute="full",
+                  interleave=int(run["interleave"]), attention="eager",
+                  sequence_parallel=False)
+    return full, replace(full, recompute="selective", sequence_parallel=True)
+
+
+def korthikanti_evaluate(run: dict[str, Any]) -> tuple[Layout, Any]:
+    """What ``arnold plan --evaluate --attention eager`` (sequence parallelism on, the default)
+    chooses for one of ``KORTHIKANTI_RUNS`` given its model, GPUs, batch, TP and PP."""
+    from slurm_arnold.plan.catalog import GPUS
+    from slurm_arnold.plan.search import evaluate_best
+
+    bare = Layout(int(run["tp"]), int(run["pp"]), int(run["dp"]), attention="eager")
+    lay, est, _ = evaluate_best(run["model"], GPUS["a100-80g"], SELENE, bare, set(),
+                                int(run["batch"]))
     return lay, est
 
 

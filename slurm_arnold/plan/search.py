@@ -256,7 +256,7 @@ def evaluate_best(model: ModelSpec, gpu: GpuSpec, network: NetworkTiers, fixed: 
         "micro_batch": tuple(b for b in (1, 2, 4, 8) if per_replica and per_replica % b == 0)
         or (fixed.micro_batch,),
         "zero": (0, 1, 2, 3),
-        "interleave": tuple(v for v in (1, 2, 4) if v == 1 or (fixed.pp > 1 and v <= smallest)),
+        "interleave": tuple(v for v in (1, 2, 3, 4) if v == 1 or (fixed.pp > 1 and v <= smallest)),
         "order": ORDERS if fixed.pp > 1 and fixed.dp * fixed.cp > 1 else (fixed.order,),
     }
     free = [f for f in CHOOSABLE if f not in given]
