@@ -56,7 +56,8 @@ def table1(path: Path) -> list[dict[str, Any]]:
         eager, est_eager, _ = evaluate_best(r.model, a100, SELENE,
                                             replace(bare, attention="eager"), set(),
                                             r.global_batch)
-        # ... and the stack the runs had as a whole: no sequence parallelism either (2022).
+        # ... and the whole stack the runs had: no sequence parallelism either (it came in
+        # 2022).
         as_run, est_as_run, _ = evaluate_best(
             r.model, a100, SELENE, replace(bare, attention="eager", sequence_parallel=False),
             set(), r.global_batch)

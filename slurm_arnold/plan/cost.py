@@ -61,10 +61,11 @@ from slurm_arnold.plan.catalog import GpuSpec, ModelSpec
 #: Share of peak the matrix multiplications reach, per GPU, and the elementwise traffic
 #: (bytes per activation byte per pass). a100-80g and the traffic: fitted together on the
 #: even rows of Megatron-LM's SC'21 Table 1 (1.7B, 7.5B, 39.1B, 145.6B, 529.6B; A100, eager
-#: attention), checked on the odd rows (`reference.fit_roofline`; a test refits both and
-#: checks the rest). h100-80g: fitted on the one H100 figure the repo has, Llama 3 405B on
-#: 8,192 GPUs (430 TFLOP/s, Meta's Llama 3 paper), with the traffic kept; no second H100 figure
-#: checks it. h200: the same chip as H100 with more and faster memory, so H100's share.
+#: attention, no sequence parallelism), checked on the odd rows (`reference.fit_roofline`; a
+#: test refits both and checks the rest). h100-80g: fitted on the one H100 figure the repo
+#: has, Llama 3 405B on 8,192 GPUs (430 TFLOP/s, Meta's Llama 3 paper), with the traffic kept;
+#: no second H100 figure checks it. h200: the same chip as H100 with more and faster memory,
+#: so H100's share.
 EFFICIENCY = {"a100-80g": 0.66, "h100-80g": 0.711, "h200": 0.711}
 ELEMENTWISE_TRAFFIC = 2.75
 #: For a GPU the cost model has no figure for (a TOML file without ``efficiency``).
@@ -158,8 +159,7 @@ def elementwise_seconds(model: ModelSpec, gpu: GpuSpec, layout: Layout,
     ``ELEMENTWISE_TRAFFIC``) times the layer's activation bytes (``s b h (34 + 5as/h)``, the
     scores' term only with eager attention), split over CP, and over TP where sequence
     parallelism splits it: without it, the layer norms, dropouts and residual adds (10 of the
-    34) run whole on every TP rank (Korthikanti et al., eq. 2 against eq. 4), at HBM
-    bandwidth."""
+    34) run whole on every TP rank (Korthikanti et al., section 4.2), at HBM bandwidth."""
     s = model.seq_len / layout.cp
     b, h, a, t = layout.micro_batch, model.hidden, model.heads, layout.tp
     scores = 5 * a * s / h if layout.attention == "eager" else 0.0
