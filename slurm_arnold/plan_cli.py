@@ -83,7 +83,7 @@ def plan(model_name: str | None, gpus: int | None, global_batch: int | None,
 
     ctx = click.get_current_context()
     if nest_input is not None:
-        extra = [param.opts[0] for param in ctx.command.params
+        extra = [_given_flag(param, ctx.params[param.name]) for param in ctx.command.params
                  if param.name not in ("nest_input", "as_json") and param.name is not None
                  and ctx.get_parameter_source(param.name) != ParameterSource.DEFAULT]
         if extra:
@@ -218,6 +218,12 @@ def _leaf_nodes(topology_file: str | None, minipod_level: int) -> tuple[int, str
     except ArnoldError as exc:
         log.info("no live topology (%s); %d nodes per leaf assumed", exc, LEAF_NODES)
         return LEAF_NODES, "default"
+
+
+def _given_flag(param: click.Parameter, value: object) -> str:
+    """The spelling of ``param`` the user typed: ``--no-x`` for an on/off flag given off."""
+    secondary = getattr(param, "secondary_opts", [])
+    return secondary[0] if secondary and value is False else param.opts[0]
 
 
 def _stages(text: str | None) -> tuple[int, ...]:

@@ -209,5 +209,9 @@ def test_nest_input_takes_no_model_options(tmp_path: Path) -> None:
     out = CliRunner().invoke(main, ["plan", "--nest-input", str(tmp_path / "x.json"),
                                     "--gpus", "8"])
     assert out.exit_code == 2 and "--gpus" in out.output
+    # An on/off flag is named as it was typed.
+    out = CliRunner().invoke(main, ["plan", "--nest-input", str(tmp_path / "x.json"),
+                                    "--no-sequence-parallel"])
+    assert out.exit_code == 2 and "drop --no-sequence-parallel" in out.output
     out = CliRunner().invoke(main, ["plan", "--gpus", "8", "--global-batch", "8"])
     assert out.exit_code == 2 and "--model" in out.output
