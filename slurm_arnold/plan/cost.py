@@ -50,7 +50,7 @@ Sources, part by part:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -177,10 +177,9 @@ def recompute_elementwise_seconds(model: ModelSpec, gpu: GpuSpec, layout: Layout
     backward recomputes its scores inside the kernel."""
     if layout.recompute != "selective" or layout.attention != "eager":
         return 0.0
-    s = model.seq_len / layout.cp
-    b, h, a = layout.micro_batch, model.hidden, model.heads
-    k = ELEMENTWISE_TRAFFIC if traffic is None else traffic
-    return k * s * b * h * (5 * a * s / h) / layout.tp / gpu.hbm_bytes_per_s
+    without_scores = replace(layout, attention="flash")  # the same pass minus the scores' term
+    return elementwise_seconds(model, gpu, layout, traffic) \
+        - elementwise_seconds(model, gpu, without_scores, traffic)
 
 
 def activation_bytes_per_layer(model: ModelSpec, layout: Layout) -> float:

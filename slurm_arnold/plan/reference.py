@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -164,8 +164,6 @@ def fit_efficiency(rows: list[PublishedRow], gpu: GpuSpec,
 
 def llama_405b_estimate(efficiency: float | None = None) -> tuple[Layout, Any]:
     """The layout ``--evaluate`` chooses for ``LLAMA_405B`` (TP and PP given) and its estimate."""
-    from dataclasses import replace
-
     from slurm_arnold.plan.catalog import GPUS
     from slurm_arnold.plan.search import evaluate_best
 
@@ -193,8 +191,6 @@ def korthikanti_layouts(run: dict[str, Any]) -> tuple[Layout, Layout]:
     """The two layouts of one of ``KORTHIKANTI_RUNS`` as the paper ran them: full
     recomputation without sequence parallelism, and sequence parallelism with selective
     recomputation (eager attention, no ZeRO: the paper has neither)."""
-    from dataclasses import replace
-
     full = Layout(int(run["tp"]), int(run["pp"]), int(run["dp"]),
                   micro_batch=int(run["micro_batch"]), zero=0, recompute="full",
                   interleave=int(run["interleave"]), attention="eager",
