@@ -170,7 +170,7 @@ def accuracy_markdown(result: dict[str, Any], command: str) -> str:
     lines += ["", "Targets (model's mae_log at least "
               f"{MAE_BELOW_LAST2:.0%} below last2's; model_q's coverage >= {COVERAGE}): "
               + "; ".join(_targets_line(log, r["methods"], r.get("test_outran_cap"),
-                                        r.get("upper_grace_s"))
+                                        r.get("upper_grace_s"), r.get("model_members_mae_log"))
                           for log, r in result.items()) + "."]
     lines += ["", "Against the issue's reference (a straightforward LightGBM, L2 on log run "
               "time): " + "; ".join(
@@ -182,15 +182,20 @@ def accuracy_markdown(result: dict[str, Any], command: str) -> str:
 
 
 def _targets_line(log: str, m: dict[str, Any], outran: float | None = None,
-                  grace: float | None = None) -> str:
+                  grace: float | None = None, members: list[float] | None = None) -> str:
     below = 1 - m["model"]["mae_log"] / m["last2"]["mae_log"]
     coverage = m["model_q"]["coverage"]
     # A prediction capped at the request plus the grace covers no job that ran past that.
     bound = (f"; at most {1 - outran:.3f} capped at the request + {grace:.0f} s"
              if outran is not None and grace is not None else "")
+    # What one booster alone would have scored, seed by seed: the ensemble's reason to be.
+    alone = ""
+    if members and len(members) > 1:
+        each = sorted(1 - v / m["last2"]["mae_log"] for v in members)
+        alone = f", its {len(members)} boosters alone {each[0]:.1%} to {each[-1]:.1%}"
     return (f"{SHORT.get(log, log)} {below:.1%} below ("
-            f"{'met' if below >= MAE_BELOW_LAST2 else 'missed'}), coverage {coverage:.4f} ("
-            f"{'met' if coverage >= COVERAGE else 'missed'}{bound})")
+            f"{'met' if below >= MAE_BELOW_LAST2 else 'missed'}{alone}), coverage "
+            f"{coverage:.4f} ({'met' if coverage >= COVERAGE else 'missed'}{bound})")
 
 
 def _ablation_line(log: str, m: dict[str, Any]) -> str:

@@ -18,6 +18,8 @@ from predictor.model import (
     AdaptiveCalibrator,
     JctModel,
     aci_aim,
+    baseline_log,
+    capped,
     conformal_delta,
     conformity_scores,
     fit_point,
@@ -142,12 +144,18 @@ def evaluate(jobs: Sequence[JobRecord], quantile: float = 0.9, train_share: floa
     base_last2 = np.array([min(v, r) if v is not None else r
                            for v, r in zip(last2[cut:], test_req, strict=True)])
     test_actual = actual[cut:]
+    offset = baseline_log(matrix[cut:], float(model.meta["offset_fallback"]))
     result: dict[str, Any] = {
         "n_train": cut, "n_test": len(kept) - cut, "n_excluded": excluded,
         "methods": {"requested": metrics(test_req, test_actual),
                     "last2": metrics(base_last2, test_actual),
                     "model": metrics(point, test_actual),
                     "model_q": metrics(upper, test_actual)},
+        # Each of the point model's boosters alone (seeds 1, 2, ...): how much one seed's luck
+        # would have moved the served model's figure.
+        "model_members_mae_log": [
+            metrics(capped(raw + offset, list(test_req)), test_actual)["mae_log"]
+            for raw in model.point.member_outputs(matrix[cut:])],
         "train_seconds": round(float(model.meta["train_seconds"]), 2),
         # Test jobs that ran past their requested time (killed late, or limits raised): a
         # prediction capped at the request cannot cover them, so 1 minus this share bounds

@@ -362,3 +362,57 @@ def test_the_margin_keeps_misses_at_most_one_minus_q_over_20000_jobs() -> None:
             calib.adapt(miss)
             calib.add(float(score))
         assert missed / steps <= 0.1, name
+
+
+def test_the_point_model_averages_its_seeds_and_saves_every_member(tmp_path: Path) -> None:
+    from predictor.model import POINT_SEEDS, load, point_files, save, train
+
+    jobs = _jobs(400)
+    vocab = Vocabulary(jobs)
+    matrix, _ = compute(jobs, vocab)
+    runtimes = np.array([(j.end or 0) - (j.start or 0) for j in jobs], dtype=float)
+    model = train(matrix, runtimes, vocab, req=[float(j.time_limit or 0) for j in jobs],
+                  rounds=30)
+    members = model.point.member_outputs(matrix)
+    assert len(members) == POINT_SEEDS > 1
+    # Bagged with different seeds, the members differ; the model is their mean.
+    assert not np.allclose(members[0], members[1])
+    assert np.allclose(model.point.predict(matrix), np.mean(members, axis=0))
+    # SHAP contributions average too, so each row's still sum to its prediction.
+    contrib = model.point.predict(matrix[:5], pred_contrib=True)
+    assert np.allclose(contrib.sum(axis=1), model.point.predict(matrix[:5]))
+
+    save(model, tmp_path / "model")
+    assert {p.name for p in (tmp_path / "model").iterdir()} >= set(point_files(POINT_SEEDS))
+    loaded = load(tmp_path / "model")
+    assert np.allclose(loaded.point.predict(matrix), model.point.predict(matrix))
+
+    # A model saved before the ensemble (one point.txt, no point_members) still loads.
+    old = tmp_path / "old"
+    old.mkdir()
+    for name in ("point.txt", "upper.txt"):
+        (old / name).write_bytes((tmp_path / "model" / name).read_bytes())
+    meta = json.loads((tmp_path / "model" / "metadata.json").read_text())
+    del meta["point_members"]
+    (old / "metadata.json").write_text(json.dumps(meta))
+    single = load(old)
+    assert len(single.point.members) == 1
+    assert np.allclose(single.point.predict(matrix), members[0])
+
+
+def test_evaluate_reports_each_boosters_error_beside_the_mean(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import predictor.model
+    from predictor.evaluate import evaluate
+
+    jobs = _jobs(400)
+    result = evaluate(jobs)
+    alone = result["model_members_mae_log"]
+    assert len(alone) == predictor.model.POINT_SEEDS
+    assert len(set(alone)) > 1  # the seeds land apart
+    assert result["methods"]["model"]["mae_log"] not in alone  # the served figure is the mean's
+    # The first member alone is the model a single seed (the first) would have served.
+    monkeypatch.setattr(predictor.model, "POINT_SEEDS", 1)
+    single = evaluate(jobs)
+    assert single["model_members_mae_log"] == alone[:1]
+    assert single["methods"]["model"]["mae_log"] == pytest.approx(alone[0], abs=1e-12)

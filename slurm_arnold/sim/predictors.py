@@ -140,8 +140,10 @@ class OnlinePredictor:
         y = log_seconds(runtimes)
         if self.name == "model":
             self.offset_fallback = float(np.mean(y))
+            # One booster, not the served ensemble (POINT_SEEDS): a replay refits every few
+            # simulated days, and the ensemble buys steadiness across seeds, not a schedule.
             self.booster = fit_point(matrix, y, self.offset_fallback, rounds=self.rounds,
-                                     threads=THREADS)
+                                     threads=THREADS, seeds=1)
         else:
             if self.booster is None:
                 self._first_calibration(matrix, y, runtimes,
