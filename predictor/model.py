@@ -58,8 +58,8 @@ CALIBRATION_WINDOW = 2000
 #: outputs averaged. One booster's accuracy hangs on its bagging seed: on HPC2N, whose test
 #: window is 39% two users, ten single seeds put mae_log 11.6% to 21.1% below last2's; the
 #: mean of five is 17.6% to 18.0% for seeds 1-5 and 6-10 (``arnold bench predictor`` reports
-#: the served members' spread beside their mean). Five: the spread of two disjoint fives was
-#: within half a point on every shared log, at half the fitting time of ten.
+#: the served members' spread beside their mean). Five: two disjoint fives landed within 0.8
+#: point of each other on every shared log, at half the fitting time of ten.
 POINT_SEEDS = 5
 
 
@@ -339,8 +339,8 @@ def fit_point(matrix: np.ndarray, y: np.ndarray, fallback: float, *,
               seeds: int | None = None) -> PointEnsemble:
     """The point model on log runtimes ``y``: ``objective`` (LightGBM's name), boosted from the
     baseline (``from_baseline``, see ``BASELINE``) or from nothing, ``seeds`` boosters
-    averaged (default ``POINT_SEEDS``). The served model is the default; the other variants are what
-    ``arnold bench predictor`` compares it with."""
+    averaged (default ``POINT_SEEDS``). The served model is the default; the other variants
+    are what ``arnold bench predictor`` compares it with."""
     seeds = POINT_SEEDS if seeds is None else seeds
     if seeds < 1:
         raise ValueError(f"seeds must be at least 1, not {seeds}")
