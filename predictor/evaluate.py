@@ -17,9 +17,8 @@ from predictor.model import (
     CALIBRATION_WINDOW,
     AdaptiveCalibrator,
     JctModel,
+    PointEnsemble,
     aci_aim,
-    baseline_log,
-    capped,
     conformal_delta,
     conformity_scores,
     fit_point,
@@ -144,7 +143,6 @@ def evaluate(jobs: Sequence[JobRecord], quantile: float = 0.9, train_share: floa
     base_last2 = np.array([min(v, r) if v is not None else r
                            for v, r in zip(last2[cut:], test_req, strict=True)])
     test_actual = actual[cut:]
-    offset = baseline_log(matrix[cut:], float(model.meta["offset_fallback"]))
     result: dict[str, Any] = {
         "n_train": cut, "n_test": len(kept) - cut, "n_excluded": excluded,
         "methods": {"requested": metrics(test_req, test_actual),
@@ -154,8 +152,9 @@ def evaluate(jobs: Sequence[JobRecord], quantile: float = 0.9, train_share: floa
         # Each of the point model's boosters alone (seeds 1, 2, ...): how much one seed's luck
         # would have moved the served model's figure.
         "model_members_mae_log": [
-            metrics(capped(raw + offset, list(test_req)), test_actual)["mae_log"]
-            for raw in model.point.member_outputs(matrix[cut:])],
+            metrics(predict_point(PointEnsemble([member]), matrix[cut:], list(test_req),
+                                  float(model.meta["offset_fallback"])), test_actual)["mae_log"]
+            for member in model.point.members],
         "train_seconds": round(float(model.meta["train_seconds"]), 2),
         # Test jobs that ran past their requested time (killed late, or limits raised): a
         # prediction capped at the request cannot cover them, so 1 minus this share bounds

@@ -56,10 +56,10 @@ ROUNDS = 400
 CALIBRATION_WINDOW = 2000
 #: Boosters in the point model, each bagged with its own seed (1, 2, ...), their log-seconds
 #: outputs averaged. One booster's accuracy hangs on its bagging seed: on HPC2N, whose test
-#: window is 39% two users, ten single seeds put mae_log 11.6% to 21.1% below last2's; the
-#: mean of five is 17.6% to 18.0% for seeds 1-5 and 6-10 (``arnold bench predictor`` reports
-#: the served members' spread beside their mean). Five: two disjoint fives landed within 0.8
-#: point of each other on every shared log, at half the fitting time of ten.
+#: window is dominated by two users, seeds 1-5 alone put mae_log 11.6% to 21.1% below
+#: last2's, their mean 18.0% (``arnold bench predictor`` prints the members beside the mean).
+#: Five, not ten: in development, seeds 6-10 averaged landed within 0.8 point of seeds 1-5 on
+#: every shared log (HPC2N 17.6%), at half the fitting time of ten.
 POINT_SEEDS = 5
 
 
@@ -79,10 +79,6 @@ class PointEnsemble:
         out: np.ndarray = np.mean([np.asarray(m.predict(matrix, **kwargs), dtype=float)
                                    for m in self.members], axis=0)
         return out
-
-    def member_outputs(self, matrix: np.ndarray) -> list[np.ndarray]:
-        """Each member's raw output on its own (how far apart the seeds land)."""
-        return [np.asarray(m.predict(matrix), dtype=float) for m in self.members]
 
 
 @dataclass

@@ -365,7 +365,7 @@ def test_the_margin_keeps_misses_at_most_one_minus_q_over_20000_jobs() -> None:
 
 
 def test_the_point_model_averages_its_seeds_and_saves_every_member(tmp_path: Path) -> None:
-    from predictor.model import POINT_SEEDS, load, point_files, save, train
+    from predictor.model import POINT_SEEDS, ModelError, load, point_files, save, train
 
     jobs = _jobs(400)
     vocab = Vocabulary(jobs)
@@ -373,7 +373,7 @@ def test_the_point_model_averages_its_seeds_and_saves_every_member(tmp_path: Pat
     runtimes = np.array([(j.end or 0) - (j.start or 0) for j in jobs], dtype=float)
     model = train(matrix, runtimes, vocab, req=[float(j.time_limit or 0) for j in jobs],
                   rounds=30)
-    members = model.point.member_outputs(matrix)
+    members = [np.asarray(m.predict(matrix)) for m in model.point.members]
     assert len(members) == POINT_SEEDS > 1
     # Bagged with different seeds, the members differ; the model is their mean.
     assert not np.allclose(members[0], members[1])
@@ -398,6 +398,12 @@ def test_the_point_model_averages_its_seeds_and_saves_every_member(tmp_path: Pat
     single = load(old)
     assert len(single.point.members) == 1
     assert np.allclose(single.point.predict(matrix), members[0])
+
+    # A metadata file whose member count is not a positive integer is one line, not a traceback.
+    meta["point_members"] = 0
+    (old / "metadata.json").write_text(json.dumps(meta))
+    with pytest.raises(ModelError, match="point_members must be a positive integer; retrain"):
+        load(old)
 
 
 def test_evaluate_reports_each_boosters_error_beside_the_mean(
