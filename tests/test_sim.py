@@ -125,6 +125,28 @@ def test_by_default_a_reservation_is_made_only_where_it_beats_slurms_plan(
     assert forced["reserved_idle_node_h"] > 0
 
 
+def test_a_reservation_whose_start_slipped_moves_to_nodes_that_drain_sooner() -> None:
+    # One leaf of 4 nodes (every placement has the same spread). Histories give last2
+    # predictions: A 100 s (it runs 1,900), C 300, D 900; E has none (its 1,100 s limit).
+    # At 1,010 the LPJ (2 nodes) is reserved on A's and C's nodes, expected at 1,300. A
+    # outruns its prediction and is then expected to run to its limit (3,000): when C ends
+    # at 1,300 the reservation moves to C and D (drained at 1,900). Kept on A, its start would
+    # wait for A or E (2,000 at the earliest), and F would take D's node at 1,900.
+    log = [_record(0, 0, 1, 100, 200, "uA"), _record(1, 0, 1, 300, 400, "uC"),
+           _record(2, 0, 1, 900, 1000, "uD"),
+           _record(3, 1000, 1, 1900, 2000, "uA"), _record(4, 1000, 1, 300, 400, "uC"),
+           _record(5, 1000, 1, 900, 1000, "uD"), _record(6, 1000, 1, 1000, 1100, "uE"),
+           _record(7, 1005, 1, 2000, 3000, "uF"), _record(8, 1010, 2, 100, 200, "uL")]
+    sim = _sim(log, _tree(1, 1, 4), lpj_gpus=16, policy="arnold", predictor="last2",
+               mode="share")
+    result = sim.run()
+    lpj, f = sim.jobs[8], sim.jobs[7]
+    assert result["replans"] == 1
+    assert lpj.start == 1900 and sorted(lpj.node_ids) == sorted(
+        sim.jobs[4].node_ids + sim.jobs[5].node_ids)
+    assert f.start == 2000
+
+
 def _check_conservation(sim: Simulation, result: dict[str, object]) -> None:
     g = sim.c.g
     seen = set()

@@ -107,6 +107,7 @@ class Reservation:
     admitted: set[int] = field(default_factory=set)
     declined_at: int = 0  # free nodes when starting elsewhere was last judged worse
     earliest: float = 0.0  # the earliest drain of any n eligible nodes when it was planned
+    planned: float = 0.0  # its own expected start when it was planned
     promised: float = 0.0  # latest predicted end of a job admitted into it
 
 
@@ -442,7 +443,7 @@ class Simulation:
         nodes = np.array([self.c.index[n] for n in choice.nodes], dtype=np.int64)
         res = Reservation(self.next_rid, job, nodes, choice.placement.cells,
                           choice.placement.metrics.weighted_spread, self.now,
-                          earliest=choice.candidates[0][1])
+                          earliest=choice.candidates[0][1], planned=choice.expected_start)
         self.next_rid += 1
         self.reservations[res.rid] = res
         self.res_of_job[job.index] = res.rid
@@ -470,7 +471,12 @@ class Simulation:
             fresh = float(when[res.job.nodes - 1])
             # Against the earliest drain seen when it was planned, not its expected start:
             # the choice may wait on purpose (for spread), and must not be redone each pass.
-            if fresh < res.earliest - self.s.replan_gain_s:
+            # Unless its own start has slipped (a job on its nodes outran its prediction and
+            # is now expected to run to its limit): then against that slipped start.
+            current = self._expected_start(res, drain)
+            slipped = current > res.planned + self.s.replan_gain_s
+            if fresh < res.earliest - self.s.replan_gain_s or (
+                    slipped and fresh < current - self.s.replan_gain_s):
                 self._release(res)
                 if not self._reserve(res.job):
                     continue
