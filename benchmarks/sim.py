@@ -88,10 +88,13 @@ def run_one(records: Sequence[JobRecord], setup: LogSetup, policy: str, predicto
     return result
 
 
-def read_log(data_dir: Path, setup: LogSetup, limit: int | None = None) -> list[JobRecord]:
-    """The log's jobs, cut at ``limit`` or else at the setup's own cap."""
+def read_log(data_dir: Path, setup: LogSetup, limit: int | None = None,
+             skip: int = 0) -> list[JobRecord]:
+    """The log's jobs after the first ``skip``, cut at ``limit`` or else at the setup's own
+    cap."""
     cut = limit if limit is not None else setup.jobs
-    return [r for r in read_swf(data_dir / setup.file) if isinstance(r, JobRecord)][:cut]
+    records = [r for r in read_swf(data_dir / setup.file) if isinstance(r, JobRecord)]
+    return records[skip:None if cut is None else skip + cut]
 
 
 def comparison_specs(data_dir: Path, quick: bool = False, limit: int | None = None,
@@ -115,13 +118,29 @@ def run_specs(specs: Sequence[RunSpec], progress: Callable[[str], None] | None =
     from benchmarks.sim_array import run_spec
 
     out = []
-    logs: dict[tuple[str, str, int | None, float], Any] = {}
+    logs: dict[tuple[str, str, int | None, float, int], Any] = {}
     for spec in specs:
         if progress:
             progress(f"{spec.log} x{spec.load:g} {spec.policy} {spec.predictor} "
                      f"{spec.tag or spec.mode}")
         out.append(run_spec(spec, logs))
     return out
+
+
+def held_out_specs(data_dir: Path, logs: Sequence[str] = LOG_NAMES,
+                   limit: int | None = None) -> list[RunSpec]:
+    """slurm and arnold/model_q/share on each capped log's held-out jobs: as many as the
+    tables replay (``limit`` if given), right after them. Logs replayed whole have none."""
+    specs = []
+    for setup in LOGS:
+        if setup.jobs is None or setup.name not in logs or not (data_dir / setup.file).exists():
+            continue
+        cut = limit if limit is not None else setup.jobs
+        specs += [RunSpec(setup.name, policy, predictor, mode, str(data_dir), cut,
+                          skip=setup.jobs, tag=f"{setup.name} (jobs {setup.jobs:,} to "
+                          f"{setup.jobs + cut:,})")
+                  for policy, predictor, mode in (BASELINE, CANDIDATE)]
+    return specs
 
 
 def by_log(specs: Sequence[RunSpec], results: Sequence[dict[str, Any]],
@@ -176,10 +195,12 @@ def merge_side_by_side(path: Path, result: dict[str, list[dict[str, Any]]],
     return ordered
 
 
-def side_by_side_markdown(result: dict[str, list[dict[str, Any]]], command: str) -> str:
+def side_by_side_markdown(result: dict[str, list[dict[str, Any]]], command: str,
+                          title: str = "Simulator: every log side by side",
+                          note: str = "") -> str:
     """One row per log: arnold/model_q/share against slurm, and whether each rule holds."""
-    lines = ["## Simulator: every log side by side", "",
-             f"Command: `{command}`. Default settings; arnold = `--policy arnold --predictor "
+    lines = [f"## {title}", "",
+             f"{note}Command: `{command}`. Default settings; arnold = `--policy arnold --predictor "
              "model_q --mode share`, slurm = `--policy slurm --predictor requested`. Rules: "
              "LPJ mean wait <= slurm's, LPJ spread lower, everyone's mean wait <= slurm's x "
              "1.05, utilisation at most 1 point lower. The replay time is the target's "
@@ -211,6 +232,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "horizon only": {"pay_for_itself": False},
     "pay for itself, idle 100%": {"idle_share": 1.0},
     "LPJ keeps its place": {"lpj_keeps_place": True},
+    "starvation bound, a day": {"lpj_starved_h": 24.0},
+    "no replan on a slipped start": {"replan_on_slip": False},
 }
 
 

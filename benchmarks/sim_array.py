@@ -36,11 +36,13 @@ class RunSpec:
     data_dir: str
     limit: int | None = None
     load: float = 1.0
+    skip: int = 0  # jobs left out before the ones replayed (a held-out slice)
     overrides: dict[str, Any] = field(default_factory=dict)
     tag: str | None = None
 
 
-def run_spec(spec: RunSpec, logs: dict[tuple[str, str, int | None, float], Any] | None = None,
+def run_spec(spec: RunSpec,
+             logs: dict[tuple[str, str, int | None, float, int], Any] | None = None,
              ) -> dict[str, Any]:
     """Replay ``spec`` here; the metrics of ``benchmarks.sim.run_one`` (plus its tag).
     ``logs`` keeps the logs read so far, for a caller that replays several."""
@@ -48,10 +50,11 @@ def run_spec(spec: RunSpec, logs: dict[tuple[str, str, int | None, float], Any] 
     from benchmarks.sim import arrivals_scaled, read_log, run_one
 
     setup = next(s for s in LOGS if s.name == spec.log)
-    key = (spec.log, spec.data_dir, spec.limit, spec.load)
+    key = (spec.log, spec.data_dir, spec.limit, spec.load, spec.skip)
     records = (logs or {}).get(key)
     if records is None:
-        records = arrivals_scaled(read_log(Path(spec.data_dir), setup, spec.limit), spec.load)
+        records = arrivals_scaled(read_log(Path(spec.data_dir), setup, spec.limit, spec.skip),
+                                  spec.load)
         if logs is not None:
             logs[key] = records
     result = run_one(records, setup, spec.policy, spec.predictor, spec.mode,

@@ -174,6 +174,9 @@ def bench_predictor(quick: bool, size: int, data: str, docs: str, as_json: bool)
 @click.option("--load", type=Finite(min=0.1, max=1.0), default=1.0, show_default=True,
               help="With --variants: squeeze the logs' arrivals by this factor (0.9: a "
                    "busier queue).")
+@click.option("--held-out", is_flag=True,
+              help="Instead, the side-by-side comparison on the jobs right after those the "
+                   "tables replay, as many again (Curie, HPC2N: the logs cut short).")
 @click.option("--domains", "block_nodes", type=click.IntRange(min=1), default=None,
               help="Instead, cut every leaf into NVLink domains of this many nodes and compare "
                    "arnold (requested predictor) keeping domains whole with arnold without "
@@ -186,7 +189,8 @@ def bench_predictor(quick: bool, size: int, data: str, docs: str, as_json: bool)
                    "be readable on the nodes).  [default: a new directory here]")
 @json_option()
 def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons: str,
-              variants: bool, load: float, block_nodes: int | None, on_slurm: bool,
+              variants: bool, load: float, held_out: bool, block_nodes: int | None,
+              on_slurm: bool,
               workdir: str | None, as_json: bool) -> None:
     """slurm vs arnold with every predictor and mode on the shared logs, and replay speed."""
     from benchmarks.logs import LOGS
@@ -202,6 +206,7 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
         scale_markdown,
         side_by_side_markdown,
         tiled,
+        verdict,
     )
     from predictor.swf import JobRecord, read_swf
 
@@ -212,6 +217,9 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
                                  f"{', '.join(LOG_NAMES)}", param_hint="--logs")
     if on_slurm and horizons:
         raise click.UsageError("--slurm runs the comparison or --variants, not --horizons")
+    if held_out and (horizons or variants or block_nodes is not None):
+        raise click.UsageError("--held-out is a run of its own: drop --horizons, --variants "
+                               "and --domains")
     if block_nodes is not None:
         from benchmarks.sim import domain_runs, domains_markdown
 
@@ -244,8 +252,12 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
 
     def replay(specs: list[Any]) -> dict[str, list[dict[str, Any]]]:
         """The specs' results per log: here, or as a job array with --slurm."""
+        return by_log(specs, replay_flat(specs))
+
+    def replay_flat(specs: list[Any]) -> list[dict[str, Any]]:
+        """The specs' results in order: here, or as a job array with --slurm."""
         if not on_slurm:
-            return by_log(specs, run_specs(specs, say))
+            return run_specs(specs, say)
         import tempfile
 
         from benchmarks.sim_array import run_array
@@ -255,7 +267,33 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
         slurm.require_config()
         where = Path(workdir) if workdir else Path(tempfile.mkdtemp(
             prefix="arnold-bench-sim-", dir=Path.cwd()))
-        return by_log(specs, run_array(specs, slurm, where, progress=say))
+        return run_array(specs, slurm, where, progress=say)
+
+    if held_out:
+        from benchmarks.sim import held_out_specs
+
+        specs = held_out_specs(Path(data), names, 1000 if quick else None)
+        if not specs:
+            raise ArnoldError(f"no held-out jobs in {data} for --logs {logs}: only "
+                              "Curie and HPC2N are cut short; pass --data DIR or --logs")
+        slices: dict[str, list[dict[str, Any]]] = {}
+        for spec, row in zip(specs, replay_flat(specs), strict=True):
+            slices.setdefault(spec.tag or spec.log, []).append(row)
+        if not quick:
+            write_section(Path(docs), "sim-held-out", side_by_side_markdown(
+                slices, f"arnold bench sim --held-out --logs {logs}",
+                title="Simulator: held-out jobs side by side",
+                note="The jobs right after the ones the tables above replay, as many again: "
+                     "no default was chosen on them. "))
+        if as_json:
+            click.echo(json.dumps({"held_out": slices}))
+            return
+        for name, rows in slices.items():
+            verdict_ = verdict(rows)
+            click.echo(f"{name}: " + ("missing runs" if verdict_ is None else
+                       "all rules met" if verdict_["passed"] else "missed: " + ", ".join(
+                           k for k, ok in verdict_["checks"].items() if not ok)))
+        return
 
     # A sweep is a run of its own: the comparison table is not redone with it.
     result = {} if horizons or variants else replay(comparison_specs(

@@ -147,6 +147,27 @@ def test_a_reservation_whose_start_slipped_moves_to_nodes_that_drain_sooner() ->
     assert f.start == 2000
 
 
+def test_with_a_starvation_bound_an_lpj_keeps_its_place_against_the_lpjs_behind_it() -> None:
+    # 8 nodes; J0 holds 2 of them until 200,000 s. B (all 8 nodes) is not imminent (beyond the
+    # 2 h horizon), so it waits unreserved, planned at 200,000. L1 (3 nodes, 250,000 s)
+    # comes 10 s after it and may pass it (B is young): B is pushed to 250,020. L2 comes
+    # 25 h after B, which has by then waited more than the day's bound: L2 may not take B's
+    # planned nodes and runs after B; without the bound it pushes B to L2's end.
+    log = [_record(0, 0, 2, 200_000, 200_000), _record(1, 10, 8, 100, 1_000),
+           _record(2, 20, 3, 250_000, 250_000), _record(3, 90_010, 3, 250_000, 250_000)]
+    sim = _sim(log, _tree(1, 2, 4), lpj_gpus=24, policy="arnold", predictor="requested",
+               lpj_starved_h=24.0)
+    sim.run()
+    b, l1, l2 = sim.jobs[1], sim.jobs[2], sim.jobs[3]
+    assert b.lpj and l1.lpj and l2.lpj
+    assert l1.start == 20
+    assert b.start == 250_020 and l2.start == 250_120
+    # Off (the default), L2 passes B too.
+    unbounded = _sim(log, _tree(1, 2, 4), lpj_gpus=24, policy="arnold", predictor="requested")
+    unbounded.run()
+    assert unbounded.jobs[3].start == 90_010 and unbounded.jobs[1].start == 340_010
+
+
 def _check_conservation(sim: Simulation, result: dict[str, object]) -> None:
     g = sim.c.g
     seen = set()
@@ -518,3 +539,28 @@ def test_the_bench_section_says_whether_the_safety_net_stopped_a_placement() -> 
     assert "X: 0 placements stopped" in text and "do not depend" in text and "1.50 s" in text
     stopped = markdown({"X": [row, ours | {"placements_time_limited": 3}]}, "cmd", None)
     assert "X: 3 placements stopped" in stopped and "rows depend on the machine's load" in stopped
+
+
+def test_bench_sim_held_out_replays_the_jobs_after_the_tables_ones() -> None:
+    from benchmarks.logs import LOGS
+    from benchmarks.sim import read_log
+
+    curie = next(s for s in LOGS if s.name == "Curie")
+    data = KTH.parent
+    if not (data / curie.file).exists():
+        pytest.skip(f"{data / curie.file} is absent (the shared data is not beside this "
+                    "checkout)")
+    assert curie.jobs is not None
+    slice_ = read_log(data, curie, 5, skip=curie.jobs)
+    whole = read_log(data, curie, curie.jobs + 5)
+    assert slice_ == whole[curie.jobs:]
+    result = CliRunner().invoke(main, ["bench", "sim", "--quick", "--held-out", "--logs",
+                                       "KTH,Curie", "--json"])
+    assert result.exit_code == 0, result.output
+    held = json.loads(result.stdout)["held_out"]
+    assert list(held) == [f"Curie (jobs {curie.jobs:,} to {curie.jobs + 1000:,})"]
+    rows = held[next(iter(held))]
+    assert [r["policy"] for r in rows] == ["slurm", "arnold"] and rows[0]["jobs"] == 1000
+    only_kth = CliRunner().invoke(main, ["bench", "sim", "--quick", "--held-out", "--logs",
+                                         "KTH"])
+    assert only_kth.exit_code == 1 and "only Curie and HPC2N" in only_kth.output

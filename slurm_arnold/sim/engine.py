@@ -87,7 +87,14 @@ class SimSettings:
     #: the variants bench; not a measured fill by admitted jobs).
     idle_share: float = 0.25
     lpj_keeps_place: bool = False
+    #: An LPJ that has waited this long without a reservation keeps its place against the
+    #: LPJs behind it (they may not take the nodes planned for it). Off: on Curie's held-out
+    #: jobs 10,000-20,000, where a 4,500-node job starves 90 h without it, a day's bound made
+    #: every rule worse (docs/sim.md); `arnold bench sim --variants` measures it.
+    lpj_starved_h: float = math.inf
     replan_gain_s: float = 600.0
+    #: Also replan a reservation whose own expected start slipped (``_replan_reservations``).
+    replan_on_slip: bool = True
     quantile: float = 0.9
     #: Where the topology has NVLink domains: arnold chooses nodes in partly used domains before
     #: whole ones (SimCluster), slurm's tree-fit does not. Off, arnold chooses as slurm does.
@@ -116,6 +123,7 @@ class _Plan:
     start: float
     end: float
     mask: np.ndarray
+    starved: bool = False  # an LPJ's, waiting unreserved for lpj_starved_h or longer
 
 
 class Simulation:
@@ -303,11 +311,17 @@ class Simulation:
 
         for job in list(self.queue[: self.s.depth]):
             if self.s.policy == "arnold" and job.lpj:
+                # An LPJ waiting without a reservation (not imminent, or not worth one) is
+                # planned like any blocked job; once it has waited lpj_starved_h (off by
+                # default), an LPJ behind it may not take its planned nodes, where it could
+                # wait for ever behind a stream of smaller LPJs (Curie's 4,500-node job: 90 h).
                 # With lpj_keeps_place, like any backfilled job it may not take nodes
-                # planned for the jobs ahead of it, now or by a reservation.
+                # planned for any job ahead of it, now or by a reservation.
                 ahead = np.zeros(self.c.n, dtype=bool)
                 overlap = np.zeros(self.c.n, dtype=bool)
-                for p in plans_ahead() if self.s.lpj_keeps_place else ():
+                for p in plans_ahead():
+                    if not (p.starved or self.s.lpj_keeps_place):
+                        continue
                     ahead |= p.mask
                     if self.now + job.limit > p.start:
                         overlap |= p.mask
@@ -358,7 +372,8 @@ class Simulation:
             return None
         mask = np.zeros(self.c.n, dtype=bool)
         mask[nodes] = True
-        return _Plan(start, start + job.limit, mask)
+        starved = job.lpj and self.now - job.submit >= self.s.lpj_starved_h * 3600
+        return _Plan(start, start + job.limit, mask, starved=starved)
 
     # -- Arnold's reservations ------------------------------------------------------------
     def _shape(self, job: SimJob) -> JobShape:
@@ -474,7 +489,7 @@ class Simulation:
             # Unless its own start has slipped (a job on its nodes outran its prediction and
             # is now expected to run to its limit): then against that slipped start.
             current = self._expected_start(res, drain)
-            slipped = current > res.planned + self.s.replan_gain_s
+            slipped = self.s.replan_on_slip and current > res.planned + self.s.replan_gain_s
             if fresh < res.earliest - self.s.replan_gain_s or (
                     slipped and fresh < current - self.s.replan_gain_s):
                 self._release(res)
