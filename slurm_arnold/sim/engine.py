@@ -319,7 +319,10 @@ class Simulation:
                 # planned for any job ahead of it, now or by a reservation.
                 ahead = np.zeros(self.c.n, dtype=bool)
                 overlap = np.zeros(self.c.n, dtype=bool)
-                for p in plans_ahead():
+                # Only when some plan can bind it: plans are made lazily, and one made
+                # before this LPJ starts would go stale under it.
+                binding = self.s.lpj_keeps_place or math.isfinite(self.s.lpj_starved_h)
+                for p in plans_ahead() if binding else ():
                     if not (p.starved or self.s.lpj_keeps_place):
                         continue
                     ahead |= p.mask
