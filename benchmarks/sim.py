@@ -172,7 +172,7 @@ def verdict(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return {"slurm": base, "arnold": ours, "checks": checks, "passed": all(checks.values())}
 
 
-def _rules_text(v: dict[str, Any]) -> str:
+def rules_text(v: dict[str, Any]) -> str:
     """A verdict in a table cell: "all met" or the rules missed."""
     failed = [k for k, ok in v["checks"].items() if not ok]
     return "all met" if not failed else "missed: " + ", ".join(failed)
@@ -222,7 +222,7 @@ def side_by_side_markdown(result: dict[str, list[dict[str, Any]]], command: str,
             f"(x{_ratio(a['mean_wait_h'], b['mean_wait_h'])}) | {b['utilization']:.3f} / "
             f"{a['utilization']:.3f} | {a['reserved_idle_node_h']:.0f} | "
             f"{a['predictor_mae_log']} / {a['predictor_coverage']} | {a['seconds']} | "
-            f"{_rules_text(v)} |")
+            f"{rules_text(v)} |")
     return "\n".join(lines)
 
 
@@ -282,7 +282,7 @@ def variants_markdown(result: dict[str, list[dict[str, Any]]], command: str,
                 f"x{_ratio(r['lpj_mean_weighted_spread'], base['lpj_mean_weighted_spread'])}"
                 f" | x{_ratio(r['mean_wait_h'], base['mean_wait_h'])} | "
                 f"{r['utilization'] - base['utilization']:+.3f} | "
-                f"{r['reserved_idle_node_h']:.0f} | {r['reservations']} | {_rules_text(v)} |")
+                f"{r['reserved_idle_node_h']:.0f} | {r['reservations']} | {rules_text(v)} |")
     return "\n".join(lines)
 
 

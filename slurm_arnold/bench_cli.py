@@ -201,6 +201,7 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
         markdown,
         merge_side_by_side,
         plot,
+        rules_text,
         run_one,
         run_specs,
         scale_markdown,
@@ -289,10 +290,8 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
             click.echo(json.dumps({"held_out": slices}))
             return
         for name, rows in slices.items():
-            verdict_ = verdict(rows)
-            click.echo(f"{name}: " + ("missing runs" if verdict_ is None else
-                       "all rules met" if verdict_["passed"] else "missed: " + ", ".join(
-                           k for k, ok in verdict_["checks"].items() if not ok)))
+            judged = verdict(rows)
+            click.echo(f"{name}: {'missing runs' if judged is None else rules_text(judged)}")
         return
 
     # A sweep is a run of its own: the comparison table is not redone with it.
