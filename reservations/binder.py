@@ -16,12 +16,15 @@ pending, in Slurm's priority order:
   the ones that drain first; the way Kueue's topology-aware scheduling replaces a failed node)
   and the mapping solved on the new set, or the job is planned afresh when that costs less by
   the reservation policy's measure (expected wait + ``spread_weight_h`` x weighted spread).
+* **replans** it when its planned nodes now drain clearly later than others would (a job on
+  them outran its prediction or had its limit raised): planned afresh, and moved when that
+  beats its plan by ``reservation.replan_gain_min`` of the same measure.
 
-Either way the same pass rewrites the job's required nodes, its ``arnold_<id>`` reservation
-when it has one (reservation first: Slurm wants a bound job's nodes inside it), and its rank
-file, which goes to ``<state_dir>/rankorder/<job id>.rankorder`` (the admin side's directory;
-the SPANK plugin, given ``rankdir=`` in plugstack.conf, prefers it to the user's file). Every
-decision is a row of ``bindings`` (``arnold jobs``, ``arnold reserve list``).
+Each of these moves rewrites, in the same pass, the job's required nodes, its ``arnold_<id>``
+reservation when it has one (reservation first: Slurm wants a bound job's nodes inside it), and
+its rank file, which goes to ``<state_dir>/rankorder/<job id>.rankorder`` (the admin side's
+directory; the SPANK plugin, given ``rankdir=`` in plugstack.conf, prefers it to the user's
+file). Every decision is a row of ``bindings`` (``arnold jobs``, ``arnold reserve list``).
 
 The pass holds the site-wide submit lock while it reads, decides and rewrites, so no
 submission is given the nodes it is moving a job onto.
@@ -66,7 +69,7 @@ RANKFILE_GRACE_S = 600.0
 class Move:
     """One decision: the job's new nodes and placement, and why."""
 
-    kind: str  # "bind" or "repair"
+    kind: str  # "bind", "repair" or "replan"
     reason: str
     placement: Placement
     expected_start: float
@@ -101,6 +104,9 @@ class Binder:
         from reservations.live import _by_priority
 
         taken = taken_by_queue(list(snap.jobs.values()))
+        # Nodes a waiting job names (-w), this pass's moves included: never another's plan.
+        named = {n for j in snap.jobs.values() if j.state == "PENDING"
+                 for n in j.required_nodes}
         for job in _by_priority(snap.jobs.values()):
             if job.state != "PENDING" or not job.required_nodes or job.held:
                 continue
@@ -108,7 +114,7 @@ class Binder:
             if spec is None:
                 continue
             try:
-                move = self._decide(snap, predictor, job, spec, taken)
+                move = self._decide(snap, predictor, job, spec, taken, named)
             except (InfeasibleError, ArnoldError) as exc:
                 log.info("job %d: %s", job.job_id, exc)
                 continue
@@ -121,6 +127,7 @@ class Binder:
                                     "the next sync tries again")
                 continue
             taken |= set(move.placement.nodes())
+            named |= set(move.placement.nodes())
         self._clean(snap)
         return self.actions
 
@@ -151,7 +158,7 @@ class Binder:
         return narrow_free(view, spec.narrowing(), set())
 
     def _decide(self, snap: Snapshot, predictor: LivePredictor, job: JobInfo, spec: JobSpec,
-                taken: set[str]) -> Move | None:
+                taken: set[str], named: set[str]) -> Move | None:
         from reservations.live import reservation_name
 
         current = set(job.required_nodes)
@@ -178,8 +185,44 @@ class Binder:
                         + (f", {_hl(lost)} unusable" if lost else
                            "; its planned nodes were still busy"), placement, snap.now)
         if not lost:
-            return None
+            return self._replan(snap, predictor, job, spec, usable - (named - current))
         return self._repair(snap, predictor, job, spec, usable - others, lost)
+
+    def _replan(self, snap: Snapshot, predictor: LivePredictor, job: JobInfo, spec: JobSpec,
+                pool: set[str]) -> Move | None:
+        """Plan the job afresh when its planned nodes now drain clearly later than others
+        would (a job on them outran its prediction or had its limit raised; jobs elsewhere
+        ended early): Slurm's own plans follow such changes every backfill pass, and a fixed
+        nodelist would lose that. Not while jobs admitted into its reservation are alive:
+        they were let in on the nodes it has."""
+        from reservations.live import ALIVE, plan_nodes, reservation_name
+
+        own = reservation_name(job.job_id)
+        if any(j.reservation == own and j.job_id != job.job_id and j.state in ALIVE
+               for j in snap.jobs.values()):
+            return None
+        gain_s = self.config.reservation.replan_gain_min * 60
+        drain = snap.drain(predictor)
+        current = max([snap.now, *(drain.get(n, snap.now) for n in job.required_nodes)])
+        # Cheap bound first: no nodes at all drain soon enough to win on the start.
+        when = sorted(max(snap.now, drain.get(n, snap.now)) for n in pool)
+        if len(when) < spec.shape.nodes or when[spec.shape.nodes - 1] >= current - gain_s:
+            return None
+        weight = self.config.reservation.spread_weight_h
+        choice = plan_nodes(snap, predictor, spec.shape, horizon_s=math.inf, own=own,
+                            spread_weight_h=weight, alpha=spec.alpha,
+                            time_limit=self.time_limit)
+        if choice is None or not set(choice.nodes) <= pool:
+            return None
+        topo = snap.view.topology
+        kept = place(topo, job.required_nodes, spec.shape, algo=spec.algo, alpha=spec.alpha,
+                     time_limit=self.time_limit, weights=self.weights(topo, spec))
+        if _cost(choice.expected_start, snap.now, choice.placement, weight) >= \
+                _cost(current, snap.now, kept, weight) - gain_s / 3600:
+            return None
+        return Move("replan", f"its planned nodes drain in {_minutes(current - snap.now)}, "
+                    f"these in {_minutes(choice.expected_start - snap.now)}",
+                    choice.placement, choice.expected_start)
 
     def _repair(self, snap: Snapshot, predictor: LivePredictor, job: JobInfo, spec: JobSpec,
                 pool: set[str], lost: list[str]) -> Move:
@@ -258,7 +301,7 @@ class Binder:
                 "decided_at": snap.now, "rankfile": str(rankfile)})
             if name in snap.reservations:
                 db["reservations"].update(name, {"nodes": nodes})  # type: ignore[union-attr]
-        verb = "bound" if move.kind == "bind" else "repaired"
+        verb = {"bind": "bound", "repair": "repaired", "replan": "replanned"}[move.kind]
         self.actions.append(f"{verb} job {job.job_id} on {_hl(nodes)} ({move.reason}; weighted "
                             f"spread {move.placement.metrics.weighted_spread:.2f})")
 
@@ -319,6 +362,10 @@ def _distance(topology: Topology, a: str, b: str) -> int:
 
 def _cost(start: float, now: float, placement: Placement, weight_h: float) -> float:
     return max(0.0, start - now) / 3600 + weight_h * placement.metrics.weighted_spread
+
+
+def _minutes(seconds: float) -> str:
+    return f"{max(0.0, seconds) / 60:.0f} min"
 
 
 def _hl(nodes: Iterable[str]) -> str:

@@ -62,6 +62,10 @@ class ReservationSettings(BaseModel):
         "`arnold bench sim --variants` over every shared log; docs/sim.md)"))
     spread_weight_h: float = Field(default=1.0, ge=0, description=(
         "hours of expected wait one unit of weighted spread is worth when choosing nodes"))
+    replan_gain_min: float = Field(default=10.0, ge=0, description=(
+        "sync moves a waiting arnold job (and its reservation) to other nodes when their "
+        "plan beats its own by this many minutes of expected wait + spread_weight_h x weighted "
+        "spread (the simulator's replan_gain_s)"))
     predictor: Literal["model_q", "requested"] = Field(default="model_q", description=(
         "the admission gate: the serving model's upper quantile, or time limits"))
 

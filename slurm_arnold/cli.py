@@ -503,7 +503,8 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
 
 
 #: A job's status after the admin side's last move of it (``bindings.kind``).
-BINDING_STATUS = {"bind": "bound", "repair": "repaired", "start": "mapped at start"}
+BINDING_STATUS = {"bind": "bound", "repair": "repaired", "replan": "replanned",
+                  "start": "mapped at start"}
 
 
 @main.command("jobs")

@@ -226,6 +226,42 @@ def test_draining_a_planned_node_of_a_waiting_large_job_repairs_its_plan(
     assert _sync() == []
 
 
+def test_a_waiting_large_job_whose_nodes_now_drain_later_is_planned_afresh(
+        slurm: Slurm, site: SiteConfig) -> None:
+    # By their limits (the predictions without a model) n[001-032] drain first; then the
+    # admin raises their job's limit past the others': the plan and its reservation move.
+    first = _block("n[001-032]", 300, 20)
+    rest = _block("n[033-064]", 300, 30)
+    _wait_running(slurm, [first, rest])
+    proc = _submit("-N", "32", "--tp", "8", "--pp", "4")  # 256 GPUs: a large job
+    assert proc.returncode == 0, proc.stderr
+    lpj = int(proc.stdout)
+    assert set(_job(slurm, lpj).required_nodes) == set(_expand("n[001-032]"))
+    assert any(a.startswith(f"created arnold_{lpj}") for a in _sync())
+    assert _sync() == []  # its plan is still the best: nothing moves
+    subprocess.run(["scontrol", "update", f"JobId={first}", "TimeLimit=60"], check=True,
+                   capture_output=True)
+    actions = _sync()
+    assert len(actions) == 1 and actions[0].startswith(f"replanned job {lpj} on "), actions
+    assert "drain in 60 min, these in 30 min" in actions[0]  # minutes, rounded
+    job = _job(slurm, lpj)
+    res = {r.name: r for r in slurm.reservations()}[f"arnold_{lpj}"]
+    assert set(job.required_nodes) == set(res.nodes) == set(_expand("n[033-064]"))
+    assert _sync() == []  # moved once, not back and forth
+    shown = _record(lpj)
+    assert shown["binding"]["kind"] == "replan" and set(shown["nodes"]) == set(res.nodes)
+    table = subprocess.run(as_user(USER, [str(multiuser.site_venv() / "bin" / "arnold"),
+                                          "jobs"], env={"COLUMNS": "200"}),
+                           capture_output=True, text=True, cwd="/")
+    assert "replanned" in table.stdout, table.stdout
+    slurm.cancel(first)
+    slurm.cancel(rest)
+    assert wait_for_job(slurm, lpj, timeout=120) == "COMPLETED"
+    ran = _ran_on(slurm, lpj)
+    assert ran == set(res.nodes)
+    _check_ranks(site, lpj, ran)  # the admin side's rank file for the new nodes
+
+
 def test_bench_queue_quick(slurm: Slurm, site: SiteConfig) -> None:
     proc = subprocess.run([str(Path(sys.executable).parent / "arnold"), "bench", "queue",
                            "--quick", "--json"], capture_output=True, text=True, timeout=600)
