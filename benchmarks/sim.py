@@ -247,24 +247,33 @@ def arrivals_scaled(records: Sequence[JobRecord], load: float) -> list[JobRecord
 
 
 def variant_specs(data_dir: Path, logs: Sequence[str], load: float = 1.0,
-                  limit: int | None = None) -> list[RunSpec]:
+                  limit: int | None = None, held_out: bool = False) -> list[RunSpec]:
     """slurm, arnold (model_q, share) at default settings, and each of ``VARIANTS``, on each
-    log (``limit``: only its first jobs; ``load``: arrivals squeezed)."""
+    log (``limit``: only its first jobs; ``load``: arrivals squeezed; ``held_out``: on the
+    jobs right after those the tables replay, as in ``held_out_specs``)."""
     specs = []
     for setup in LOGS:
         if not (data_dir / setup.file).exists() or setup.name not in logs:
             continue
+        if held_out and setup.jobs is None:
+            continue  # replayed whole: no held-out jobs
+        skip = setup.jobs if held_out and setup.jobs is not None else 0
+        cut = (limit if limit is not None else setup.jobs) if held_out else limit
         runs = [(BASELINE, {}, "slurm"), (CANDIDATE, {}, "default"),
                 *((CANDIDATE, overrides, name) for name, overrides in VARIANTS.items())]
-        specs += [RunSpec(setup.name, *run, data_dir=str(data_dir), limit=limit, load=load,
-                          overrides=overrides, tag=tag) for run, overrides, tag in runs]
+        specs += [RunSpec(setup.name, *run, data_dir=str(data_dir), limit=cut, load=load,
+                          overrides=overrides, tag=tag, skip=skip)
+                  for run, overrides, tag in runs]
     return specs
 
 
 def variants_markdown(result: dict[str, list[dict[str, Any]]], command: str,
-                      load: float) -> str:
+                      load: float, held_out: bool = False) -> str:
     """The variants section: each against slurm in the same run, with the rules' verdict."""
-    lines = [f"## Simulator: policy variants (arrivals x{load:g})", "",
+    where = ", held-out jobs" if held_out else ""
+    lines = [f"## Simulator: policy variants (arrivals x{load:g}{where})", "",
+             ("On the jobs right after the ones the tables replay, as many again (as "
+              "`--held-out`). " if held_out else "") +
              f"Command: `{command}`. arnold/model_q/share at default settings and with each "
              "variant of `benchmarks.sim.VARIANTS`; ratios against slurm/requested in the "
              "same run; rules as in the side-by-side section.", "",

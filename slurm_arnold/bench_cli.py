@@ -175,8 +175,9 @@ def bench_predictor(quick: bool, size: int, data: str, docs: str, as_json: bool)
               help="With --variants: squeeze the logs' arrivals by this factor (0.9: a "
                    "busier queue).")
 @click.option("--held-out", is_flag=True,
-              help="Instead, the side-by-side comparison on the jobs right after those the "
-                   "tables replay, as many again (Curie, HPC2N: the logs cut short).")
+              help="Instead, the side-by-side comparison (with --variants: the variants) on "
+                   "the jobs right after those the tables replay, as many again (Curie, "
+                   "HPC2N: the logs cut short).")
 @click.option("--domains", "block_nodes", type=click.IntRange(min=1), default=None,
               help="Instead, cut every leaf into NVLink domains of this many nodes and compare "
                    "arnold (requested predictor) keeping domains whole with arnold without "
@@ -218,9 +219,9 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
                                  f"{', '.join(LOG_NAMES)}", param_hint="--logs")
     if on_slurm and horizons:
         raise click.UsageError("--slurm runs the comparison or --variants, not --horizons")
-    if held_out and (horizons or variants or block_nodes is not None):
-        raise click.UsageError("--held-out is a run of its own: drop --horizons, --variants "
-                               "and --domains")
+    if held_out and (horizons or block_nodes is not None):
+        raise click.UsageError("--held-out is a run of its own (or with --variants): drop "
+                               "--horizons and --domains")
     if block_nodes is not None:
         from benchmarks.sim import domain_runs, domains_markdown
 
@@ -270,7 +271,7 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
             prefix="arnold-bench-sim-", dir=Path.cwd()))
         return run_array(specs, slurm, where, progress=say)
 
-    if held_out:
+    if held_out and not variants:
         from benchmarks.sim import held_out_specs
 
         specs = held_out_specs(Path(data), names, 1000 if quick else None)
@@ -330,12 +331,16 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
     if variants:
         from benchmarks.sim import variant_specs, variants_markdown
 
-        measured = replay(variant_specs(Path(data), names, load, 1000 if quick else None))
+        measured = replay(variant_specs(Path(data), names, load, 1000 if quick else None,
+                                        held_out=held_out))
+        if not measured:
+            raise ArnoldError(f"no {'held-out jobs' if held_out else 'shared logs'} in {data} "
+                              f"for --logs {logs}; pass --data DIR or --logs")
         if not quick:
-            suffix = "" if load == 1.0 else f"-x{load:g}"
+            suffix = ("" if load == 1.0 else f"-x{load:g}") + ("-held-out" if held_out else "")
             write_section(Path(docs), f"sim-variants{suffix}", variants_markdown(
                 measured, f"arnold bench sim --logs {logs} --scale 0 --variants --load "
-                f"{load:g}", load))
+                f"{load:g}" + (" --held-out" if held_out else ""), load, held_out))
     out: dict[str, Any] = {"runs": result, "scale": speed, "horizons": sweep,
                            "variants": measured}
     if not quick and result:

@@ -564,3 +564,15 @@ def test_bench_sim_held_out_replays_the_jobs_after_the_tables_ones() -> None:
     only_kth = CliRunner().invoke(main, ["bench", "sim", "--quick", "--held-out", "--logs",
                                          "KTH"])
     assert only_kth.exit_code == 1 and "only Curie and HPC2N" in only_kth.output
+    # The variants on the same slice (a repo command for what docs/sim.md measured there).
+    from benchmarks.sim import VARIANTS, variant_specs
+
+    specs = variant_specs(data, ["KTH", "Curie"], held_out=True)
+    assert {s.log for s in specs} == {"Curie"}
+    assert [s.tag for s in specs] == ["slurm", "default", *VARIANTS]
+    assert all(s.skip == curie.jobs and s.limit == curie.jobs for s in specs)
+    none = CliRunner().invoke(main, ["bench", "sim", "--quick", "--held-out", "--variants",
+                                     "--logs", "KTH"])
+    assert none.exit_code == 1 and "no held-out jobs" in none.output
+    sweep = CliRunner().invoke(main, ["bench", "sim", "--held-out", "--horizons", "1"])
+    assert sweep.exit_code == 2 and "--horizons" in sweep.output
