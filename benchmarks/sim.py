@@ -127,18 +127,26 @@ def run_specs(specs: Sequence[RunSpec], progress: Callable[[str], None] | None =
     return out
 
 
+def held_out_slice(setup: LogSetup, limit: int | None = None) -> tuple[int, int] | None:
+    """(jobs skipped, jobs replayed) of the log's held-out jobs: as many as the tables replay
+    (``limit`` if given), right after them; ``None`` for a log the tables replay whole."""
+    if setup.jobs is None:
+        return None
+    return setup.jobs, limit if limit is not None else setup.jobs
+
+
 def held_out_specs(data_dir: Path, logs: Sequence[str] = LOG_NAMES,
                    limit: int | None = None) -> list[RunSpec]:
-    """slurm and arnold/model_q/share on each capped log's held-out jobs: as many as the
-    tables replay (``limit`` if given), right after them. Logs replayed whole have none."""
+    """slurm and arnold/model_q/share on each capped log's held-out jobs
+    (``held_out_slice``)."""
     specs = []
     for setup in LOGS:
-        if setup.jobs is None or setup.name not in logs or not (data_dir / setup.file).exists():
+        held = held_out_slice(setup, limit)
+        if held is None or setup.name not in logs or not (data_dir / setup.file).exists():
             continue
-        cut = limit if limit is not None else setup.jobs
+        skip, cut = held
         specs += [RunSpec(setup.name, policy, predictor, mode, str(data_dir), cut,
-                          skip=setup.jobs, tag=f"{setup.name} (jobs {setup.jobs:,} to "
-                          f"{setup.jobs + cut:,})")
+                          skip=skip, tag=f"{setup.name} (jobs {skip:,} to {skip + cut:,})")
                   for policy, predictor, mode in (BASELINE, CANDIDATE)]
     return specs
 
@@ -255,10 +263,12 @@ def variant_specs(data_dir: Path, logs: Sequence[str], load: float = 1.0,
     for setup in LOGS:
         if not (data_dir / setup.file).exists() or setup.name not in logs:
             continue
-        if held_out and setup.jobs is None:
-            continue  # replayed whole: no held-out jobs
-        skip = setup.jobs if held_out and setup.jobs is not None else 0
-        cut = (limit if limit is not None else setup.jobs) if held_out else limit
+        skip, cut = 0, limit
+        if held_out:
+            held = held_out_slice(setup, limit)
+            if held is None:
+                continue
+            skip, cut = held
         runs = [(BASELINE, {}, "slurm"), (CANDIDATE, {}, "default"),
                 *((CANDIDATE, overrides, name) for name, overrides in VARIANTS.items())]
         specs += [RunSpec(setup.name, *run, data_dir=str(data_dir), limit=cut, load=load,

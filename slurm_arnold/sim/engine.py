@@ -89,8 +89,8 @@ class SimSettings:
     lpj_keeps_place: bool = False
     #: An LPJ that has waited this long without a reservation keeps its place against the
     #: LPJs behind it (they may not take the nodes planned for it). Off: on Curie's held-out
-    #: jobs 10,000-20,000, where a 4,500-node job starves 90 h without it, a day's bound made
-    #: every rule worse (docs/sim.md); `arnold bench sim --variants` measures it.
+    #: jobs 10,000-20,000, where a 4,500-node job starves for days without it, a day's bound
+    #: made both waits far worse (`arnold bench sim --held-out --variants`; docs/sim.md).
     lpj_starved_h: float = math.inf
     replan_gain_s: float = 600.0
     #: Also replan a reservation whose own expected start slipped (``_replan_reservations``).
@@ -314,7 +314,7 @@ class Simulation:
                 # An LPJ waiting without a reservation (not imminent, or not worth one) is
                 # planned like any blocked job; once it has waited lpj_starved_h (off by
                 # default), an LPJ behind it may not take its planned nodes, where it could
-                # wait for ever behind a stream of smaller LPJs (Curie's 4,500-node job: 90 h).
+                # wait for ever behind a stream of smaller LPJs (Curie's 4,500-node job: days).
                 # With lpj_keeps_place, like any backfilled job it may not take nodes
                 # planned for any job ahead of it, now or by a reservation.
                 ahead = np.zeros(self.c.n, dtype=bool)
