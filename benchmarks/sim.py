@@ -242,6 +242,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "LPJ keeps its place": {"lpj_keeps_place": True},
     "starvation bound, a day": {"lpj_starved_h": 24.0},
     "no replan on a slipped start": {"replan_on_slip": False},
+    "plans past reservations": {"plans_past_reservations": True},
+    "LPJ keeps its place, plans past reservations": {"lpj_keeps_place": True,
+                                                     "plans_past_reservations": True},
 }
 
 
@@ -255,10 +258,14 @@ def arrivals_scaled(records: Sequence[JobRecord], load: float) -> list[JobRecord
 
 
 def variant_specs(data_dir: Path, logs: Sequence[str], load: float = 1.0,
-                  limit: int | None = None, held_out: bool = False) -> list[RunSpec]:
-    """slurm, arnold (model_q, share) at default settings, and each of ``VARIANTS``, on each
-    log (``limit``: only its first jobs; ``load``: arrivals squeezed; ``held_out``: on the
-    jobs right after those the tables replay, as in ``held_out_specs``)."""
+                  limit: int | None = None, held_out: bool = False,
+                  only: Sequence[str] | None = None) -> list[RunSpec]:
+    """slurm, arnold (model_q, share) at default settings, and each of ``VARIANTS`` (``only``:
+    those named), on each log (``limit``: only its first jobs; ``load``: arrivals squeezed;
+    ``held_out``: on the jobs right after those the tables replay, as in
+    ``held_out_specs``)."""
+    chosen = {name: overrides for name, overrides in VARIANTS.items()
+              if only is None or name in only}
     specs = []
     for setup in LOGS:
         if not (data_dir / setup.file).exists() or setup.name not in logs:
@@ -270,7 +277,7 @@ def variant_specs(data_dir: Path, logs: Sequence[str], load: float = 1.0,
                 continue
             skip, cut = held
         runs = [(BASELINE, {}, "slurm"), (CANDIDATE, {}, "default"),
-                *((CANDIDATE, overrides, name) for name, overrides in VARIANTS.items())]
+                *((CANDIDATE, overrides, name) for name, overrides in chosen.items())]
         specs += [RunSpec(setup.name, *run, data_dir=str(data_dir), limit=cut, load=load,
                           overrides=overrides, tag=tag, skip=skip)
                   for run, overrides, tag in runs]

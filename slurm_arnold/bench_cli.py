@@ -171,6 +171,9 @@ def bench_predictor(quick: bool, size: int, data: str, docs: str, as_json: bool)
               help="Instead, sweep the reservation horizon on --logs, e.g. 1,2,4 (hours).")
 @click.option("--variants", is_flag=True,
               help="Instead, measure the policy variants (benchmarks.sim.VARIANTS) on --logs.")
+@click.option("--variant", "only_variants", multiple=True, metavar="NAME",
+              help="With --variants: only this one (repeat for more; the section gets "
+                   "'-selected' after its name, so the full table stays).")
 @click.option("--load", type=Finite(min=0.1, max=1.0), default=1.0, show_default=True,
               help="With --variants: squeeze the logs' arrivals by this factor (0.9: a "
                    "busier queue).")
@@ -190,9 +193,9 @@ def bench_predictor(quick: bool, size: int, data: str, docs: str, as_json: bool)
                    "be readable on the nodes).  [default: a new directory here]")
 @json_option()
 def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons: str,
-              variants: bool, load: float, held_out: bool, block_nodes: int | None,
-              on_slurm: bool,
-              workdir: str | None, as_json: bool) -> None:
+              variants: bool, only_variants: tuple[str, ...], load: float, held_out: bool,
+              block_nodes: int | None, on_slurm: bool, workdir: str | None,
+              as_json: bool) -> None:
     """slurm vs arnold with every predictor and mode on the shared logs, and replay speed."""
     from benchmarks.logs import LOGS
     from benchmarks.placement import write_section
@@ -217,6 +220,16 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
     if unknown:
         raise click.BadParameter(f"unknown log {unknown[0]!r}; use some of "
                                  f"{', '.join(LOG_NAMES)}", param_hint="--logs")
+    if only_variants and not variants:
+        raise click.UsageError("--variant picks among --variants: add --variants")
+    if only_variants:
+        from benchmarks.sim import VARIANTS
+
+        stray = [v for v in only_variants if v not in VARIANTS]
+        if stray:
+            raise click.BadParameter(f"unknown variant {stray[0]!r}; use some of "
+                                     f"{', '.join(repr(v) for v in VARIANTS)}",
+                                     param_hint="--variant")
     if on_slurm and horizons:
         raise click.UsageError("--slurm runs the comparison or --variants, not --horizons")
     if held_out and (horizons or block_nodes is not None):
@@ -332,15 +345,17 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
         from benchmarks.sim import variant_specs, variants_markdown
 
         measured = replay(variant_specs(Path(data), names, load, 1000 if quick else None,
-                                        held_out=held_out))
+                                        held_out=held_out, only=only_variants or None))
         if not measured:
             raise ArnoldError(f"no {'held-out jobs' if held_out else 'shared logs'} in {data} "
                               f"for --logs {logs}; pass --data DIR or --logs")
         if not quick:
-            suffix = ("" if load == 1.0 else f"-x{load:g}") + ("-held-out" if held_out else "")
+            suffix = (("" if load == 1.0 else f"-x{load:g}") + ("-held-out" if held_out else "")
+                      + ("-selected" if only_variants else ""))
+            picked = "".join(f" --variant '{v}'" for v in only_variants)
             write_section(Path(docs), f"sim-variants{suffix}", variants_markdown(
                 measured, f"arnold bench sim --logs {logs} --scale 0 --variants --load "
-                f"{load:g}" + (" --held-out" if held_out else ""), load, held_out))
+                f"{load:g}" + (" --held-out" if held_out else "") + picked, load, held_out))
     out: dict[str, Any] = {"runs": result, "scale": speed, "horizons": sweep,
                            "variants": measured}
     if not quick and result:

@@ -168,6 +168,30 @@ def test_with_a_starvation_bound_an_lpj_keeps_its_place_against_the_lpjs_behind_
     assert unbounded.jobs[3].start == 90_010 and unbounded.jobs[1].start == 340_010
 
 
+def test_plans_past_reservations_give_a_job_behind_a_reservation_a_plan_to_protect() -> None:
+    # 8 nodes in two leaves. A (4 nodes, to 1,000), B (2, to 3,000), C (2, to 500). R (LPJ,
+    # 4 nodes) is reserved on A's leaf at 10, to start at 1,000. Big (LPJ, 7 nodes) comes at
+    # 20: the reservation leaves it too few nodes to reserve, so it waits planned. S (2 nodes,
+    # limit 5,000) could take C's nodes at 500. With reserved nodes free once R has run to its
+    # limit (2,000), Big's plan (3,000, when B ends) holds C's nodes against S: Big starts at
+    # 3,000, S after it. Counted never free (the default), Big has no plan while R is
+    # reserved: S starts at 500 and Big waits for it until 5,500.
+    log = [_record(0, 0, 4, 1_000, 1_000), _record(1, 0, 2, 3_000, 3_000),
+           _record(2, 0, 2, 500, 500), _record(3, 10, 4, 1_000, 1_000),
+           _record(4, 20, 7, 100, 1_000), _record(5, 30, 2, 5_000, 5_000)]
+    past = _sim(log, _tree(1, 2, 4), lpj_gpus=32, policy="arnold", predictor="requested",
+                plans_past_reservations=True)
+    past.run()
+    r, big, small = past.jobs[3], past.jobs[4], past.jobs[5]
+    assert r.lpj and big.lpj and not small.lpj
+    assert r.start == 1_000 and past.next_rid == 1  # R's reservation, the only one
+    assert big.start == 3_000 and small.start == 3_100
+    never = _sim(log, _tree(1, 2, 4), lpj_gpus=32, policy="arnold", predictor="requested")
+    never.run()
+    assert never.jobs[3].start == 1_000
+    assert never.jobs[5].start == 500 and never.jobs[4].start == 5_500
+
+
 def _check_conservation(sim: Simulation, result: dict[str, object]) -> None:
     g = sim.c.g
     seen = set()
@@ -443,6 +467,22 @@ def test_bench_sim_variants_quick() -> None:
     rows = json.loads(result.stdout)["variants"]["KTH"]
     assert [r["variant"] for r in rows] == ["slurm", "default", *VARIANTS]
     assert [r["policy"] for r in rows] == ["slurm"] + ["arnold"] * (len(VARIANTS) + 1)
+
+
+def test_bench_sim_variant_picks_some_variants_and_refuses_unknown_ones() -> None:
+    from benchmarks.sim import VARIANTS, variant_specs
+
+    picked = ["plans past reservations", "LPJ keeps its place, plans past reservations"]
+    assert set(picked) <= set(VARIANTS)
+    specs = variant_specs(KTH.parent, ["KTH"], only=picked)
+    if not specs:
+        pytest.skip(f"{KTH} is absent (the shared data is not beside this checkout)")
+    assert [s.tag for s in specs] == ["slurm", "default", *picked]
+    assert [s.overrides for s in specs[2:]] == [VARIANTS[name] for name in picked]
+    unknown = CliRunner().invoke(main, ["bench", "sim", "--variants", "--variant", "nope"])
+    assert unknown.exit_code == 2 and "unknown variant 'nope'" in unknown.output
+    alone = CliRunner().invoke(main, ["bench", "sim", "--variant", picked[0]])
+    assert alone.exit_code == 2 and "add --variants" in alone.output
 
 
 def test_arrivals_scaled_squeezes_submits_and_keeps_run_times() -> None:

@@ -87,6 +87,12 @@ class SimSettings:
     #: the variants bench; not a measured fill by admitted jobs).
     idle_share: float = 0.25
     lpj_keeps_place: bool = False
+    #: Backfill plans count a reservation's nodes as free once its LPJ, started when they
+    #: drain by their limits, has run to its own limit; off, they are never free while
+    #: reserved, so a job needing more nodes than the reservations leave has no plan at all
+    #: (nothing protects it) until they start. Off by default: alone it makes small jobs
+    #: respect a very large job's plan that LPJs still pass, which costs everyone's wait.
+    plans_past_reservations: bool = False
     #: An LPJ that has waited this long without a reservation keeps its place against the
     #: LPJs behind it (they may not take the nodes planned for it). Off: on Curie's held-out
     #: jobs 10,000-20,000, where a 4,500-node job starves for days without it, a day's bound
@@ -363,7 +369,13 @@ class Simulation:
     def _plan(self, job: SimJob, plans: Sequence[_Plan]) -> _Plan | None:
         """Backfill's planned start: when enough nodes are free if jobs run to their limits."""
         avail = np.where(self.c.whole_free(), self.now, np.maximum(self.limit_end, self.now))
-        avail = np.where(self.c.blocked, np.inf, avail)
+        if self.s.plans_past_reservations:
+            for res in self.reservations.values():
+                # Its LPJ starts when the nodes drain by their limits and runs to its own.
+                avail[res.nodes] = (max(self.now, float(self.limit_end[res.nodes].max()))
+                                    + res.job.limit)
+        else:
+            avail = np.where(self.c.blocked, np.inf, avail)
         for p in plans:
             avail = np.where(p.mask, np.maximum(avail, p.end), avail)
         finite = np.sort(avail[np.isfinite(avail)])
