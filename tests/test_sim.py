@@ -474,15 +474,16 @@ def test_bench_sim_variant_picks_some_variants_and_refuses_unknown_ones() -> Non
 
     picked = ["plans past reservations", "LPJ keeps its place, plans past reservations"]
     assert set(picked) <= set(VARIANTS)
+    # Usage errors come before any log is read: checked with or without the shared data.
+    unknown = CliRunner().invoke(main, ["bench", "sim", "--variants", "--variant", "nope"])
+    assert unknown.exit_code == 2 and "unknown variant 'nope'" in unknown.output
+    alone = CliRunner().invoke(main, ["bench", "sim", "--variant", picked[0]])
+    assert alone.exit_code == 2 and "add --variants" in alone.output
     specs = variant_specs(KTH.parent, ["KTH"], only=picked)
     if not specs:
         pytest.skip(f"{KTH} is absent (the shared data is not beside this checkout)")
     assert [s.tag for s in specs] == ["slurm", "default", *picked]
     assert [s.overrides for s in specs[2:]] == [VARIANTS[name] for name in picked]
-    unknown = CliRunner().invoke(main, ["bench", "sim", "--variants", "--variant", "nope"])
-    assert unknown.exit_code == 2 and "unknown variant 'nope'" in unknown.output
-    alone = CliRunner().invoke(main, ["bench", "sim", "--variant", picked[0]])
-    assert alone.exit_code == 2 and "add --variants" in alone.output
 
 
 def test_arrivals_scaled_squeezes_submits_and_keeps_run_times() -> None:
