@@ -245,6 +245,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "plans past reservations": {"plans_past_reservations": True},
     "LPJ keeps its place, plans past reservations": {"lpj_keeps_place": True,
                                                      "plans_past_reservations": True},
+    "LPJs respect LPJ plans, plans past reservations": {"lpjs_respect_lpj_plans": True,
+                                                        "plans_past_reservations": True},
 }
 
 

@@ -93,6 +93,9 @@ class SimSettings:
     #: (nothing protects it) until they start. Off by default: alone it makes small jobs
     #: respect a very large job's plan that LPJs still pass, which costs everyone's wait.
     plans_past_reservations: bool = False
+    #: An LPJ may not take, to start now or to reserve, the nodes backfill planned for a
+    #: blocked LPJ ahead of it (small jobs' plans do not bind it, unlike ``lpj_keeps_place``).
+    lpjs_respect_lpj_plans: bool = False
     #: An LPJ that has waited this long without a reservation keeps its place against the
     #: LPJs behind it (they may not take the nodes planned for it). Off: on Curie's held-out
     #: jobs 10,000-20,000, where a 4,500-node job starves for days without it, a day's bound
@@ -130,6 +133,7 @@ class _Plan:
     end: float
     mask: np.ndarray
     starved: bool = False  # an LPJ's, waiting unreserved for lpj_starved_h or longer
+    lpj: bool = False
 
 
 class Simulation:
@@ -327,9 +331,11 @@ class Simulation:
                 overlap = np.zeros(self.c.n, dtype=bool)
                 # Only when some plan can bind it: plans are made lazily, and one made
                 # before this LPJ starts would go stale under it.
-                binding = self.s.lpj_keeps_place or math.isfinite(self.s.lpj_starved_h)
+                binding = (self.s.lpj_keeps_place or self.s.lpjs_respect_lpj_plans
+                           or math.isfinite(self.s.lpj_starved_h))
                 for p in plans_ahead() if binding else ():
-                    if not (p.starved or self.s.lpj_keeps_place):
+                    if not (p.starved or self.s.lpj_keeps_place
+                            or (p.lpj and self.s.lpjs_respect_lpj_plans)):
                         continue
                     ahead |= p.mask
                     if self.now + job.limit > p.start:
@@ -388,7 +394,7 @@ class Simulation:
         mask = np.zeros(self.c.n, dtype=bool)
         mask[nodes] = True
         starved = job.lpj and self.now - job.submit >= self.s.lpj_starved_h * 3600
-        return _Plan(start, start + job.limit, mask, starved=starved)
+        return _Plan(start, start + job.limit, mask, starved=starved, lpj=job.lpj)
 
     # -- Arnold's reservations ------------------------------------------------------------
     def _shape(self, job: SimJob) -> JobShape:
