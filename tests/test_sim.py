@@ -192,6 +192,29 @@ def test_plans_past_reservations_give_a_job_behind_a_reservation_a_plan_to_prote
     assert never.jobs[5].start == 500 and never.jobs[4].start == 5_500
 
 
+def test_lpjs_respecting_lpj_plans_keep_a_blocked_lpj_from_being_passed_by_one_behind() -> None:
+    # 8 nodes in two leaves; an LPJ is 3 nodes or more. A (4 nodes, to 1,000) and B (1 node, to
+    # 2,000) run. Big (LPJ, 7 nodes, 100 s) comes at 10 and is planned for 1,000 on A's nodes
+    # and the 3 free ones (a reservation would start it no sooner, so it has none). L (LPJ,
+    # 3 nodes, 5,000 s) comes at 20: the 3 free nodes would fit it now. With the setting they
+    # are Big's planned nodes and L would run past 1,000, so L neither starts nor reserves
+    # there and waits until Big ends at 1,100; without it (the default) L starts at once and
+    # Big waits for it until 5,020.
+    log = [_record(0, 0, 4, 1_000, 1_000), _record(1, 0, 1, 2_000, 2_000),
+           _record(2, 10, 7, 100, 1_000), _record(3, 20, 3, 5_000, 5_000)]
+    kept = _sim(log, _tree(1, 2, 4), lpj_gpus=24, policy="arnold", predictor="requested",
+                lpjs_respect_lpj_plans=True, plans_past_reservations=True)
+    kept.run()
+    big, late = kept.jobs[2], kept.jobs[3]
+    assert big.lpj and late.lpj
+    assert big.start == 1_000 and late.start == 1_100
+    passed = _sim(log, _tree(1, 2, 4), lpj_gpus=24, policy="arnold", predictor="requested",
+                  plans_past_reservations=True)
+    passed.run()
+    assert passed.next_rid == 0  # Big never reserved: nothing but the plan could hold it
+    assert passed.jobs[3].start == 20 and passed.jobs[2].start == 5_020
+
+
 def _check_conservation(sim: Simulation, result: dict[str, object]) -> None:
     g = sim.c.g
     seen = set()
