@@ -95,6 +95,8 @@ class SimSettings:
     plans_past_reservations: bool = False
     #: An LPJ may not take, to start now or to reserve, the nodes backfill planned for a
     #: blocked LPJ ahead of it (small jobs' plans do not bind it, unlike ``lpj_keeps_place``).
+    #: Off: on Curie's held-out jobs it ends the 4,500-node job's starvation but both waits
+    #: then miss by far (`arnold bench sim --held-out --variants`; docs/sim.md).
     lpjs_respect_lpj_plans: bool = False
     #: An LPJ that has waited this long without a reservation keeps its place against the
     #: LPJs behind it (they may not take the nodes planned for it). Off: on Curie's held-out
