@@ -15,6 +15,7 @@ An LPJ is a job of at least 256 GPUs (32 nodes) on every log.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -286,16 +287,31 @@ def variant_specs(data_dir: Path, logs: Sequence[str], load: float = 1.0,
     return specs
 
 
+def variants_section(load: float, held_out: bool = False,
+                     only: Sequence[str] | None = None) -> str:
+    """The docs section a variants run writes: one per load, held-out or not, and set of
+    picked variants, so a run of some variants never overwrites another's rows."""
+    name = ("sim-variants" + ("" if load == 1.0 else f"-x{load:g}")
+            + ("-held-out" if held_out else ""))
+    if only:
+        slugs = sorted({re.sub(r"[^a-z0-9]+", "-", v.lower()).strip("-") for v in only})
+        name += "-selected-" + "--".join(slugs)
+    return name
+
+
 def variants_markdown(result: dict[str, list[dict[str, Any]]], command: str,
-                      load: float, held_out: bool = False) -> str:
+                      load: float, held_out: bool = False,
+                      only: Sequence[str] | None = None) -> str:
     """The variants section: each against slurm in the same run, with the rules' verdict."""
     where = ", held-out jobs" if held_out else ""
+    which = ("with the variants the command names (`benchmarks.sim.VARIANTS` has them)"
+             if only else "with each variant of `benchmarks.sim.VARIANTS`")
     lines = [f"## Simulator: policy variants (arrivals x{load:g}{where})", "",
              ("On the jobs right after the ones the tables replay, as many again (as "
               "`--held-out`). " if held_out else "") +
-             f"Command: `{command}`. arnold/model_q/share at default settings and with each "
-             "variant of `benchmarks.sim.VARIANTS`; ratios against slurm/requested in the "
-             "same run; rules as in the side-by-side section.", "",
+             f"Command: `{command}`. arnold/model_q/share at default settings and {which}; "
+             "ratios against slurm/requested in the same run; rules as in the side-by-side "
+             "section.", "",
              "| log | variant | LPJ wait | LPJ spread | everyone's wait | utilisation | "
              "reserved idle node-h | reservations | rules |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -342,7 +342,7 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
             sweep, f"arnold bench sim --logs {logs} --scale 0 --horizons {horizons}"))
     measured = None
     if variants:
-        from benchmarks.sim import variant_specs, variants_markdown
+        from benchmarks.sim import variant_specs, variants_markdown, variants_section
 
         measured = replay(variant_specs(Path(data), names, load, 1000 if quick else None,
                                         held_out=held_out, only=only_variants or None))
@@ -350,12 +350,12 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
             raise ArnoldError(f"no {'held-out jobs' if held_out else 'shared logs'} in {data} "
                               f"for --logs {logs}; pass --data DIR or --logs")
         if not quick:
-            suffix = (("" if load == 1.0 else f"-x{load:g}") + ("-held-out" if held_out else "")
-                      + ("-selected" if only_variants else ""))
             picked = "".join(f" --variant '{v}'" for v in only_variants)
-            write_section(Path(docs), f"sim-variants{suffix}", variants_markdown(
-                measured, f"arnold bench sim --logs {logs} --scale 0 --variants --load "
-                f"{load:g}" + (" --held-out" if held_out else "") + picked, load, held_out))
+            write_section(Path(docs), variants_section(load, held_out, only_variants),
+                          variants_markdown(
+                              measured, f"arnold bench sim --logs {logs} --scale 0 --variants "
+                              f"--load {load:g}" + (" --held-out" if held_out else "") + picked,
+                              load, held_out, only_variants))
     out: dict[str, Any] = {"runs": result, "scale": speed, "horizons": sweep,
                            "variants": measured}
     if not quick and result:

@@ -640,3 +640,27 @@ def test_bench_sim_held_out_replays_the_jobs_after_the_tables_ones() -> None:
     assert none.exit_code == 1 and "no held-out jobs" in none.output
     sweep = CliRunner().invoke(main, ["bench", "sim", "--held-out", "--horizons", "1"])
     assert sweep.exit_code == 2 and "--horizons" in sweep.output
+
+
+def test_variants_sections_are_named_by_load_held_out_and_the_picked_variants() -> None:
+    from benchmarks.sim import variants_markdown, variants_section
+
+    assert variants_section(1.0) == "sim-variants"
+    assert variants_section(0.93, held_out=True) == "sim-variants-x0.93-held-out"
+    one = variants_section(1.0, True, ["plans past reservations"])
+    two = variants_section(1.0, True, ["LPJ keeps its place, plans past reservations",
+                                       "plans past reservations"])
+    # Different picks land in different sections; the same picks in any order in one.
+    assert one == "sim-variants-held-out-selected-plans-past-reservations"
+    assert two != one and two == variants_section(
+        1.0, True, ["plans past reservations", "LPJ keeps its place, plans past reservations"])
+    row = {"variant": "default", "policy": "arnold", "predictor": "model_q", "mode": "share",
+           "lpj_mean_wait_h": 1.0, "lpj_mean_weighted_spread": 1.0,
+           "mean_wait_h": 1.0, "utilization": 0.5, "reserved_idle_node_h": 0.0,
+           "reservations": 0}
+    rows = {"KTH": [row | {"variant": "slurm", "policy": "slurm", "predictor": "requested"},
+                    row]}
+    picked = variants_markdown(rows, "cmd", 1.0, only=["plans past reservations"])
+    every = variants_markdown(rows, "cmd", 1.0)
+    assert "the variants the command names" in picked and "each variant" not in picked
+    assert "each variant of `benchmarks.sim.VARIANTS`" in every
