@@ -451,17 +451,19 @@ def _print_placement(result: Placement, topo: Topology, par: Parallelism | None 
 @click.option("--keep-domains-whole/--no-keep-domains-whole", default=True, show_default=True,
               help="On a topology with NVLink domains (blocks): arnold picks nodes of partly "
                    "used domains before whole ones.")
+@click.option("--jobs-csv", type=click.Path(dir_okay=False, writable=True),
+              help="Also write each job's submit, start, end and wait to this CSV.")
 @json_option()
 def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
             gpus_per_node: int, gpus_per_proc: float, lpj_gpus: int, policy: str,
             predictor_name: str | None, mode: str, placement: str, minipod_level: int | None,
             depth: int, max_reservations: int, spread_weight_h: float, horizon_h: float,
-            keep_domains_whole: bool, as_json: bool) -> None:
+            keep_domains_whole: bool, jobs_csv: str | None, as_json: bool) -> None:
     """Replay a job log on a fat tree under Slurm's backfill or Arnold's policy."""
     from predictor.swf import BadLine, JobRecord
     from slurm_arnold.sim.cluster import SimCluster
-    from slurm_arnold.sim.engine import SimSettings, simulate
-    from slurm_arnold.sim.jobs import build_workload
+    from slurm_arnold.sim.engine import SimSettings, Simulation
+    from slurm_arnold.sim.jobs import build_workload, write_jobs_csv
 
     items = _read_log(swf_file, csv_file)
     bad = [i for i in items if isinstance(i, BadLine)]
@@ -483,8 +485,12 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
                            keep_domains_whole=keep_domains_whole)
     with _progress() as bar:
         task = bar.add_task(f"sim {policy}", total=len(workload.jobs))
-        result = simulate(cluster, workload, settings, progress=lambda n: bar.advance(task, n))
+        replay = Simulation(cluster, workload, settings,
+                            progress=lambda n: bar.advance(task, n))
+        result = replay.run()
     result["n_bad_lines"] = len(bad)
+    if jobs_csv:
+        write_jobs_csv(Path(jobs_csv), replay.jobs)
     if as_json:
         click.echo(json.dumps(result))
         return

@@ -295,6 +295,42 @@ def test_sim_command_json_keys(tmp_path: Path) -> None:
         assert doc["predictor"] == ("model_q" if policy == "arnold" else "requested")
 
 
+def test_sim_jobs_csv_lists_every_job_and_agrees_with_the_means(tmp_path: Path) -> None:
+    import csv
+
+    topo = tmp_path / "topology.conf"
+    topo.write_text(_tree(2, 2, 4))
+    log = tmp_path / "log.swf"
+    # A busy slice: 4-processor jobs every 20 s that run 300 s, so many of them wait.
+    log.write_text("\n".join(
+        f"{i} {i * 20} 0 300 {1 + i % 4} -1 -1 {1 + i % 4} 600 -1 1 {i % 3} 1 -1 1 -1 -1 -1"
+        for i in range(80)) + "\n")
+    out = tmp_path / "jobs.csv"
+    result = CliRunner().invoke(main, ["sim", "--swf", str(log), "--topology", str(topo),
+                                       "--policy", "arnold", "--gpus-per-proc", "8",
+                                       "--lpj-gpus", "24", "--placement", "best-fit",
+                                       "--predictor", "requested", "--jobs-csv", str(out),
+                                       "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    rows = list(csv.DictReader(out.open()))
+    assert [r["job_id"] for r in rows] == [str(i) for i in range(80)]
+    waits = [float(r["wait_h"]) for r in rows]
+    assert max(waits) > 0  # the slice is busy enough that some wait
+    assert sum(waits) / len(waits) == pytest.approx(doc["mean_wait_h"], abs=1e-3)
+    lpj = [w for w, r in zip(waits, rows, strict=True) if r["lpj"] == "1"]
+    assert lpj and sum(lpj) / len(lpj) == pytest.approx(doc["lpj_mean_wait_h"], abs=1e-3)
+    for r in rows:
+        assert float(r["start"]) - float(r["submit"]) == pytest.approx(
+            float(r["wait_h"]) * 3600, abs=1.0)
+        assert float(r["end"]) >= float(r["start"])
+    bad = CliRunner().invoke(main, ["sim", "--swf", str(log), "--topology", str(topo),
+                                    "--policy", "slurm", "--gpus-per-proc", "8",
+                                    "--jobs-csv", str(tmp_path / "nowhere" / "jobs.csv")])
+    assert bad.exit_code == 1 and "--jobs-csv" in bad.output
+    assert "Traceback" not in bad.output
+
+
 def test_slurm_vs_arnold_on_a_kth_slice() -> None:
     if not KTH.exists():
         pytest.skip(f"{KTH} is absent (the shared data is not beside this checkout)")

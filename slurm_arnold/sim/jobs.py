@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import csv
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from predictor.swf import JobRecord
 from reservations.policy import lpj_layout
+from slurm_arnold.errors import ArnoldError
 
 
 @dataclass(eq=False)
@@ -73,3 +76,29 @@ def build_workload(records: Sequence[JobRecord], *, gpus_per_node: int, gpus_per
         jobs.append(SimJob(len(jobs), rec, float(rec.submit), min(float(run), limit), limit,
                            gpus, nodes, nodes > 0 and gpus >= lpj_gpus))
     return Workload(jobs, too_large, unusable)
+
+
+#: The columns of ``arnold sim --jobs-csv``: times in the log's seconds (its submit clock).
+JOB_COLUMNS = ("job_id", "user", "submit", "start", "end", "wait_h", "nodes", "gpus", "lpj",
+               "killed", "admitted", "weighted_spread")
+
+
+def write_jobs_csv(path: Path, jobs: Sequence[SimJob]) -> None:
+    """Write each replayed job's fate, one row per job in submit order (``JOB_COLUMNS``):
+    who waited how long is what the run's means hide."""
+    try:
+        with path.open("w", newline="") as out:
+            writer = csv.writer(out)
+            writer.writerow(JOB_COLUMNS)
+            for job in jobs:
+                waited = None if job.start is None else (job.start - job.submit) / 3600.0
+                writer.writerow((
+                    job.record.job_id, job.user, f"{job.submit:.0f}",
+                    "" if job.start is None else f"{job.start:.0f}",
+                    "" if job.end is None else f"{job.end:.0f}",
+                    "" if waited is None else f"{waited:.4f}", job.nodes, job.gpus,
+                    int(job.lpj), int(job.killed), int(job.admitted_to is not None),
+                    "" if job.weighted_spread is None else f"{job.weighted_spread:.4f}"))
+    except OSError as exc:
+        raise ArnoldError(f"cannot write {path}: {exc.strerror}; pass --jobs-csv a writable "
+                          "file") from exc
