@@ -6,6 +6,7 @@ Slurm failure) as one line on stderr naming the problem and the fix; 2 a usage e
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -463,7 +464,7 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
     from predictor.swf import BadLine, JobRecord
     from slurm_arnold.sim.cluster import SimCluster
     from slurm_arnold.sim.engine import SimSettings, Simulation
-    from slurm_arnold.sim.jobs import build_workload, write_jobs_csv
+    from slurm_arnold.sim.jobs import build_workload, open_jobs_csv, write_jobs_csv
 
     items = _read_log(swf_file, csv_file)
     bad = [i for i in items if isinstance(i, BadLine)]
@@ -483,14 +484,15 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
                            depth=depth, max_reservations=max_reservations,
                            spread_weight_h=spread_weight_h, reserve_horizon_h=horizon_h,
                            keep_domains_whole=keep_domains_whole)
-    with _progress() as bar:
+    sink = open_jobs_csv(Path(jobs_csv)) if jobs_csv else contextlib.nullcontext()
+    with sink as out, _progress() as bar:
         task = bar.add_task(f"sim {policy}", total=len(workload.jobs))
         replay = Simulation(cluster, workload, settings,
                             progress=lambda n: bar.advance(task, n))
         result = replay.run()
+        if out is not None:
+            write_jobs_csv(out, replay.jobs)
     result["n_bad_lines"] = len(bad)
-    if jobs_csv:
-        write_jobs_csv(Path(jobs_csv), replay.jobs)
     if as_json:
         click.echo(json.dumps(result))
         return

@@ -6,6 +6,7 @@ import itertools
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -277,40 +278,41 @@ def test_no_predictor_sees_a_job_before_it_ends() -> None:
     assert len(seen_at) == len(sim.jobs)
 
 
-def test_sim_command_json_keys(tmp_path: Path) -> None:
+def _sim_args(tmp_path: Path, jobs: int, *, gap: int, run: Callable[[int], int],
+              tail: str = "") -> list[str]:
+    """``arnold sim`` on a 16-node tree and an SWF log of ``jobs`` jobs of 1-4 processors
+    (8 GPUs each), job i submitted at i x ``gap`` s and running ``run(i)`` s; ``tail`` is
+    appended to the log as is."""
     topo = tmp_path / "topology.conf"
     topo.write_text(_tree(2, 2, 4))
     log = tmp_path / "log.swf"
     log.write_text("\n".join(
-        f"{i} {i * 50} 0 {100 + i} {1 + i % 4} -1 -1 {1 + i % 4} 600 -1 1 {i % 3} 1 -1 1 -1 -1 -1"
-        for i in range(60)) + "\n9 9 9\n")
+        f"{i} {i * gap} 0 {run(i)} {1 + i % 4} -1 -1 {1 + i % 4} 600 -1 1 {i % 3} 1 -1 1 "
+        "-1 -1 -1" for i in range(jobs)) + "\n" + tail)
+    return ["sim", "--swf", str(log), "--topology", str(topo), "--gpus-per-proc", "8"]
+
+
+def test_sim_command_json_keys(tmp_path: Path) -> None:
+    args = _sim_args(tmp_path, 60, gap=50, run=lambda i: 100 + i, tail="9 9 9\n")
     for policy in ("slurm", "arnold"):
-        result = CliRunner().invoke(main, ["sim", "--swf", str(log), "--topology", str(topo),
-                                           "--policy", policy, "--gpus-per-proc", "8",
-                                           "--lpj-gpus", "24", "--placement", "best-fit",
-                                           "--json"])
+        result = CliRunner().invoke(main, [*args, "--policy", policy, "--lpj-gpus", "24",
+                                           "--placement", "best-fit", "--json"])
         assert result.exit_code == 0, result.output
         doc = json.loads(result.stdout)
         assert set(doc) >= KEYS and doc["jobs"] == 60 and doc["n_bad_lines"] == 1
         assert doc["predictor"] == ("model_q" if policy == "arnold" else "requested")
 
 
-def test_sim_jobs_csv_lists_every_job_and_agrees_with_the_means(tmp_path: Path) -> None:
+def test_sim_jobs_csv_lists_every_job_and_agrees_with_the_means(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import csv
 
-    topo = tmp_path / "topology.conf"
-    topo.write_text(_tree(2, 2, 4))
-    log = tmp_path / "log.swf"
-    # A busy slice: 4-processor jobs every 20 s that run 300 s, so many of them wait.
-    log.write_text("\n".join(
-        f"{i} {i * 20} 0 300 {1 + i % 4} -1 -1 {1 + i % 4} 600 -1 1 {i % 3} 1 -1 1 -1 -1 -1"
-        for i in range(80)) + "\n")
+    # A busy slice: jobs every 20 s that run 300 s, so many of them wait.
+    args = _sim_args(tmp_path, 80, gap=20, run=lambda i: 300)
     out = tmp_path / "jobs.csv"
-    result = CliRunner().invoke(main, ["sim", "--swf", str(log), "--topology", str(topo),
-                                       "--policy", "arnold", "--gpus-per-proc", "8",
-                                       "--lpj-gpus", "24", "--placement", "best-fit",
-                                       "--predictor", "requested", "--jobs-csv", str(out),
-                                       "--json"])
+    result = CliRunner().invoke(main, [*args, "--policy", "arnold", "--lpj-gpus", "24",
+                                       "--placement", "best-fit", "--predictor", "requested",
+                                       "--jobs-csv", str(out), "--json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     rows = list(csv.DictReader(out.open()))
@@ -324,11 +326,15 @@ def test_sim_jobs_csv_lists_every_job_and_agrees_with_the_means(tmp_path: Path) 
         assert float(r["start"]) - float(r["submit"]) == pytest.approx(
             float(r["wait_h"]) * 3600, abs=1.0)
         assert float(r["end"]) >= float(r["start"])
-    bad = CliRunner().invoke(main, ["sim", "--swf", str(log), "--topology", str(topo),
-                                    "--policy", "slurm", "--gpus-per-proc", "8",
+    # A path that cannot be written fails before the replay, not after it.
+    def no_replay(self: object) -> None:
+        raise AssertionError("the replay ran before the path was checked")
+
+    monkeypatch.setattr(Simulation, "run", no_replay)
+    bad = CliRunner().invoke(main, [*args, "--policy", "slurm",
                                     "--jobs-csv", str(tmp_path / "nowhere" / "jobs.csv")])
     assert bad.exit_code == 1 and "--jobs-csv" in bad.output
-    assert "Traceback" not in bad.output
+    assert "Traceback" not in bad.output and "replay ran" not in bad.output
 
 
 def test_slurm_vs_arnold_on_a_kth_slice() -> None:

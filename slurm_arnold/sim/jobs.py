@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from predictor.swf import JobRecord
 from reservations.policy import lpj_layout
@@ -83,22 +84,27 @@ JOB_COLUMNS = ("job_id", "user", "submit", "start", "end", "wait_h", "nodes", "g
                "killed", "admitted", "weighted_spread")
 
 
-def write_jobs_csv(path: Path, jobs: Sequence[SimJob]) -> None:
-    """Write each replayed job's fate, one row per job in submit order (``JOB_COLUMNS``):
-    who waited how long is what the run's means hide."""
+def open_jobs_csv(path: Path) -> TextIO:
+    """Open ``arnold sim --jobs-csv``'s file before the replay, so a path that cannot be
+    written fails at once rather than after a long run."""
     try:
-        with path.open("w", newline="") as out:
-            writer = csv.writer(out)
-            writer.writerow(JOB_COLUMNS)
-            for job in jobs:
-                waited = None if job.start is None else (job.start - job.submit) / 3600.0
-                writer.writerow((
-                    job.record.job_id, job.user, f"{job.submit:.0f}",
-                    "" if job.start is None else f"{job.start:.0f}",
-                    "" if job.end is None else f"{job.end:.0f}",
-                    "" if waited is None else f"{waited:.4f}", job.nodes, job.gpus,
-                    int(job.lpj), int(job.killed), int(job.admitted_to is not None),
-                    "" if job.weighted_spread is None else f"{job.weighted_spread:.4f}"))
+        return path.open("w", newline="")
     except OSError as exc:
         raise ArnoldError(f"cannot write {path}: {exc.strerror}; pass --jobs-csv a writable "
                           "file") from exc
+
+
+def write_jobs_csv(out: TextIO, jobs: Sequence[SimJob]) -> None:
+    """Write each replayed job's fate, one row per job in submit order (``JOB_COLUMNS``):
+    who waited how long is what the run's means hide."""
+    writer = csv.writer(out)
+    writer.writerow(JOB_COLUMNS)
+    for job in jobs:
+        waited = None if job.start is None else (job.start - job.submit) / 3600.0
+        writer.writerow((
+            job.record.job_id, job.user, f"{job.submit:.0f}",
+            "" if job.start is None else f"{job.start:.0f}",
+            "" if job.end is None else f"{job.end:.0f}",
+            "" if waited is None else f"{waited:.4f}", job.nodes, job.gpus,
+            int(job.lpj), int(job.killed), int(job.admitted_to is not None),
+            "" if job.weighted_spread is None else f"{job.weighted_spread:.4f}"))
