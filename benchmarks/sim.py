@@ -248,6 +248,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
                                                      "plans_past_reservations": True},
     "LPJs respect LPJ plans, plans past reservations": {"lpjs_respect_lpj_plans": True,
                                                         "plans_past_reservations": True},
+    "LPJ jumps pay by limits, plans past reservations": {"lpj_jumps_pay": "limits",
+                                                         "plans_past_reservations": True},
+    "LPJ jumps pay by predictions, plans past reservations": {
+        "lpj_jumps_pay": "predictions", "plans_past_reservations": True},
 }
 
 

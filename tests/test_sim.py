@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from benchmarks.sim import fat_tree
 from predictor.swf import JobRecord, read_swf
 from slurm_arnold.cli import main
+from slurm_arnold.errors import InfeasibleError
 from slurm_arnold.sim.cluster import SimCluster
 from slurm_arnold.sim.engine import SimSettings, Simulation
 from slurm_arnold.sim.jobs import build_workload
@@ -214,6 +215,58 @@ def test_lpjs_respecting_lpj_plans_keep_a_blocked_lpj_from_being_passed_by_one_b
     passed.run()
     assert passed.next_rid == 0  # Big never reserved: nothing but the plan could hold it
     assert passed.jobs[3].start == 20 and passed.jobs[2].start == 5_020
+
+
+def test_a_replanned_reservation_keeps_off_the_nodes_planned_for_a_blocked_lpj_ahead() -> None:
+    # 12 nodes in three leaves. A (4 nodes, to 1,000), B (4, to 1,500) and C (1, to 9,000)
+    # run; 3 nodes are free. Big (LPJ, 7 nodes, 100 s) is planned for 1,000 on A's nodes and
+    # the free three. L (LPJ, 3 nodes, 5,000 s) may not take those, so it reserves 3 of B's
+    # (to start at 1,500). S (1 node, 10 s) arrives at 30. A replan that ignored Big's plan
+    # would move L onto the free three at 30 and start it there, pushing Big to 1,500 (what
+    # the simulator did before: a replan honoured none of the rules a new reservation does).
+    # Replanned at L's turn, outside Big's plan, L stays off them: Big starts at 1,000 and
+    # L on Big's nodes once it ends, before its reservation would have started it.
+    log = [_record(0, 0, 4, 1_000, 1_000), _record(1, 0, 4, 1_500, 1_500),
+           _record(2, 0, 1, 9_000, 9_000), _record(3, 10, 7, 100, 1_000),
+           _record(4, 20, 3, 5_000, 5_000), _record(5, 30, 1, 10, 10)]
+    sim = _sim(log, _tree(1, 3, 4), lpj_gpus=24, policy="arnold", predictor="requested",
+               lpjs_respect_lpj_plans=True, plans_past_reservations=True)
+    sim.run()
+    big, late, small = sim.jobs[3], sim.jobs[4], sim.jobs[5]
+    assert big.start == 1_000 and late.start == 1_100 and small.start == 30
+    assert set(late.node_ids) <= set(big.node_ids)
+
+
+@pytest.mark.parametrize(("limit", "run", "predictor", "cost", "late_start", "big_start"), [
+    # L may run to 5,000 s past Big's planned start: 7 nodes x 4,020 s of delay against
+    # 3 nodes x 1,980 s saved (its turn: 2,000, after Big's plan by limits and B's node).
+    (5_000, 5_000, "requested", "limits", 1_100, 1_000),
+    # A 1,200 s limit delays Big 220 s on 7 nodes, less than L saves: it passes.
+    (1_200, 1_200, "requested", "limits", 20, 1_220),
+    # By its prediction (the oracle's 200 s) L ends before Big's planned start: it passes,
+    # and since it ends in time Big still starts at 1,000. By its limit it would not.
+    (5_000, 200, "oracle", "predictions", 20, 1_000),
+    (5_000, 200, "oracle", "limits", 1_100, 1_000),
+])
+def test_an_lpj_passes_a_blocked_lpj_only_when_the_jump_pays_for_itself(
+        limit: int, run: int, predictor: str, cost: str, late_start: int,
+        big_start: int) -> None:
+    # The scene of the test above: A (4 nodes, to 1,000) and B (1 node, to 2,000) run; Big
+    # (LPJ, 7 nodes, 100 s, limit 1,000) is planned for 1,000 on A's nodes and the 3 free
+    # ones; L (LPJ, 3 nodes) comes at 20 and the 3 free nodes would fit it now.
+    log = [_record(0, 0, 4, 1_000, 1_000), _record(1, 0, 1, 2_000, 2_000),
+           _record(2, 10, 7, 100, 1_000), _record(3, 20, 3, run, limit)]
+    sim = _sim(log, _tree(1, 2, 4), lpj_gpus=24, policy="arnold", predictor=predictor,
+               lpj_jumps_pay=cost, plans_past_reservations=True)
+    sim.run()
+    big, late = sim.jobs[2], sim.jobs[3]
+    assert big.lpj and late.lpj
+    assert late.start == late_start and big.start == big_start
+
+
+def test_an_unknown_jump_cost_is_refused() -> None:
+    with pytest.raises(InfeasibleError, match="lpj_jumps_pay 'free'; use off, limits"):
+        _sim([_record(0, 0, 1, 10, 10)], _tree(1, 1, 2), policy="arnold", lpj_jumps_pay="free")
 
 
 def _check_conservation(sim: Simulation, result: dict[str, object]) -> None:

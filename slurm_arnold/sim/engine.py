@@ -58,6 +58,10 @@ BSLD_TAU = 10.0  # seconds: the bounded-slowdown floor for very short jobs
 SIM_PLACEMENT_SAFETY_S = 600.0
 
 
+#: How ``SimSettings.lpj_jumps_pay`` counts a jump's delay to a blocked LPJ (off: no rule).
+LPJ_JUMP_COSTS = ("off", "limits", "predictions")
+
+
 @dataclass
 class SimSettings:
     """Everything that shapes one simulation run."""
@@ -103,6 +107,15 @@ class SimSettings:
     #: jobs 10,000-20,000, where a 4,500-node job starves for days without it, a day's bound
     #: made both waits far worse (`arnold bench sim --held-out --variants`; docs/sim.md).
     lpj_starved_h: float = math.inf
+    #: An LPJ may take the nodes planned for a blocked LPJ ahead only when the node-hours it
+    #: saves itself (its nodes x its wait if it kept its turn) are at least the node-hours it
+    #: may delay the other (that LPJ's nodes x how far past that plan's start it runs, by its
+    #: time limit with "limits", by its upper prediction with "predictions"). "off": LPJs
+    #: pass blocked LPJs freely. Off: on Curie's held-out jobs, by limits it ends the
+    #: starving of the 4,096- and 4,500-node jobs but misses both waits, by predictions it
+    #: meets the waits and misses utilisation (`arnold bench sim --held-out --variants`;
+    #: docs/sim.md).
+    lpj_jumps_pay: str = "off"
     replan_gain_s: float = 600.0
     #: Also replan a reservation whose own expected start slipped (``_replan_reservations``).
     replan_on_slip: bool = True
@@ -145,6 +158,9 @@ class Simulation:
                  progress: Callable[[int], None] | None = None) -> None:
         if settings.policy not in ("slurm", "arnold"):
             raise InfeasibleError(f"unknown policy {settings.policy!r}; use slurm or arnold")
+        if settings.lpj_jumps_pay not in LPJ_JUMP_COSTS:
+            raise InfeasibleError(f"unknown lpj_jumps_pay {settings.lpj_jumps_pay!r}; use "
+                                  + ", ".join(LPJ_JUMP_COSTS))
         self.c = cluster
         self.w = workload
         self.s = settings
@@ -299,9 +315,15 @@ class Simulation:
         self._gate_drain = None
         self._drains.clear()
         self.pred.maybe_retrain(self.now)
+        binding = (self.s.lpj_keeps_place or self.s.lpjs_respect_lpj_plans
+                   or math.isfinite(self.s.lpj_starved_h) or self.s.lpj_jumps_pay != "off")
         if self.s.policy == "arnold":
             self._start_drained_reservations()
-            self._replan_reservations()
+            if not binding:
+                # With a rule that binds LPJs to plans, a reservation is replanned at its
+                # LPJ's turn instead, outside the nodes planned for the LPJs ahead: here it
+                # could move onto them, as the rule forbids a new reservation to do.
+                self._replan_reservations()
         plans: list[_Plan] = []
         blocked_jobs: list[SimJob] = []  # cannot start; planned lazily
         planned_upto = 0
@@ -333,11 +355,16 @@ class Simulation:
                 overlap = np.zeros(self.c.n, dtype=bool)
                 # Only when some plan can bind it: plans are made lazily, and one made
                 # before this LPJ starts would go stale under it.
-                binding = (self.s.lpj_keeps_place or self.s.lpjs_respect_lpj_plans
-                           or math.isfinite(self.s.lpj_starved_h))
+                own_turn: float | None = None
                 for p in plans_ahead() if binding else ():
-                    if not (p.starved or self.s.lpj_keeps_place
-                            or (p.lpj and self.s.lpjs_respect_lpj_plans)):
+                    binds = (p.starved or self.s.lpj_keeps_place
+                             or (p.lpj and self.s.lpjs_respect_lpj_plans))
+                    if not binds and p.lpj and self.s.lpj_jumps_pay != "off":
+                        if own_turn is None:
+                            mine = self._plan(job, plans)
+                            own_turn = mine.start if mine is not None else math.inf
+                        binds = not self._jump_pays(job, p, own_turn)
+                    if not binds:
                         continue
                     ahead |= p.mask
                     if self.now + job.limit > p.start:
@@ -347,6 +374,12 @@ class Simulation:
                     free_gpus = int(self.c.free_gpus[~self.c.blocked].sum())
                     continue
                 if job.index in self.res_of_job:
+                    if not binding or self._replan(
+                            self.reservations[self.res_of_job[job.index]], self._drain(),
+                            ahead, plans):
+                        continue
+                    # Moving it failed: it waits, planned, as Slurm would have it wait.
+                    blocked_jobs.append(job)
                     continue
                 if len(self.reservations) < self.s.max_reservations and self._reserve(
                         job, ahead, plans):
@@ -373,6 +406,17 @@ class Simulation:
                 continue
             if job.nodes:
                 blocked_jobs.append(job)
+
+    def _jump_pays(self, job: SimJob, blocked: _Plan, own_turn: float) -> bool:
+        """Whether LPJ ``job`` may take ``blocked``'s planned nodes (``lpj_jumps_pay``): the
+        node-hours it saves itself against waiting for its turn (``own_turn``, its plan
+        behind the jobs ahead) are at least those it may delay the blocked LPJ."""
+        runs = job.limit
+        if self.s.lpj_jumps_pay == "predictions":
+            runs = min(job.limit, self.pred.predict(job))
+        saved = job.nodes * (own_turn - self.now)
+        delayed = int(blocked.mask.sum()) * max(0.0, self.now + runs - blocked.start)
+        return saved >= delayed
 
     def _plan(self, job: SimJob, plans: Sequence[_Plan]) -> _Plan | None:
         """Backfill's planned start: when enough nodes are free if jobs run to their limits."""
@@ -500,25 +544,34 @@ class Simulation:
             return
         drain = self._drain()
         for res in list(self.reservations.values()):
-            own = np.zeros(self.c.n, dtype=bool)
-            own[res.nodes] = True
-            eligible = ~self.c.blocked | own
-            when = np.sort(np.maximum(drain[eligible], self.now))
-            if len(when) < res.job.nodes:
-                continue
-            fresh = float(when[res.job.nodes - 1])
-            # Against the earliest drain seen when it was planned, not its expected start:
-            # the choice may wait on purpose (for spread), and must not be redone each pass.
-            # Unless its own start has slipped (a job on its nodes outran its prediction and
-            # is now expected to run to its limit): then against that slipped start.
-            current = self._expected_start(res, drain)
-            slipped = self.s.replan_on_slip and current > res.planned + self.s.replan_gain_s
-            if fresh < res.earliest - self.s.replan_gain_s or (
-                    slipped and fresh < current - self.s.replan_gain_s):
-                self._release(res)
-                if not self._reserve(res.job):
-                    continue
-                self.replans += 1
+            self._replan(res, drain)
+
+    def _replan(self, res: Reservation, drain: np.ndarray, planned: np.ndarray | None = None,
+                plans: Sequence[_Plan] = ()) -> bool:
+        """Move ``res`` (see ``_replan_reservations``), outside ``planned`` nodes; whether
+        its LPJ still holds a reservation."""
+        own = np.zeros(self.c.n, dtype=bool)
+        own[res.nodes] = True
+        eligible = ~self.c.blocked | own
+        if planned is not None:
+            eligible &= ~planned | own
+        when = np.sort(np.maximum(drain[eligible], self.now))
+        if len(when) < res.job.nodes:
+            return True
+        fresh = float(when[res.job.nodes - 1])
+        # Against the earliest drain seen when it was planned, not its expected start:
+        # the choice may wait on purpose (for spread), and must not be redone each pass.
+        # Unless its own start has slipped (a job on its nodes outran its prediction and
+        # is now expected to run to its limit): then against that slipped start.
+        current = self._expected_start(res, drain)
+        slipped = self.s.replan_on_slip and current > res.planned + self.s.replan_gain_s
+        if fresh < res.earliest - self.s.replan_gain_s or (
+                slipped and fresh < current - self.s.replan_gain_s):
+            self._release(res)
+            if not self._reserve(res.job, planned, plans):
+                return False
+            self.replans += 1
+        return True
 
     def _start_drained_reservations(self) -> None:
         for res in list(self.reservations.values()):
