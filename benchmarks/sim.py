@@ -252,6 +252,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
                                                          "plans_past_reservations": True},
     "LPJ jumps pay by predictions, plans past reservations": {
         "lpj_jumps_pay": "predictions", "plans_past_reservations": True},
+    "LPJ jumps pay by expected delay, plans past reservations": {
+        "lpj_jumps_pay": "expected", "plans_past_reservations": True},
 }
 
 

@@ -36,6 +36,7 @@ from slurm_arnold.options import (
     json_option,
     minipod_level_option,
     parallelism_options,
+    sim_settings,
     topology_option,
 )
 from slurm_arnold.placement import Parallelism, Placement, place
@@ -454,16 +455,21 @@ def _print_placement(result: Placement, topo: Topology, par: Parallelism | None 
                    "used domains before whole ones.")
 @click.option("--jobs-csv", type=click.Path(dir_okay=False, writable=True),
               help="Also write each job's submit, start, end and wait to this CSV.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", callback=sim_settings,
+              help="Set any other simulator setting (SimSettings; docs/sim.md), e.g. "
+                   "--set lpj_jumps_pay=expected --set plans_past_reservations=true. "
+                   "Repeatable.")
 @json_option()
 def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
             gpus_per_node: int, gpus_per_proc: float, lpj_gpus: int, policy: str,
             predictor_name: str | None, mode: str, placement: str, minipod_level: int | None,
             depth: int, max_reservations: int, spread_weight_h: float, horizon_h: float,
-            keep_domains_whole: bool, jobs_csv: str | None, as_json: bool) -> None:
+            keep_domains_whole: bool, jobs_csv: str | None,
+            overrides: tuple[tuple[str, Any], ...], as_json: bool) -> None:
     """Replay a job log on a fat tree under Slurm's backfill or Arnold's policy."""
     from predictor.swf import BadLine, JobRecord
     from slurm_arnold.sim.cluster import SimCluster
-    from slurm_arnold.sim.engine import SimSettings, Simulation
+    from slurm_arnold.sim.engine import SimSettings, Simulation, with_settings
     from slurm_arnold.sim.jobs import build_workload, open_jobs_csv, write_jobs_csv
 
     items = _read_log(swf_file, csv_file)
@@ -484,6 +490,7 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
                            depth=depth, max_reservations=max_reservations,
                            spread_weight_h=spread_weight_h, reserve_horizon_h=horizon_h,
                            keep_domains_whole=keep_domains_whole)
+    settings = with_settings(settings, overrides)
     sink = open_jobs_csv(Path(jobs_csv)) if jobs_csv else contextlib.nullcontext()
     with sink as out, _progress() as bar:
         task = bar.add_task(f"sim {policy}", total=len(workload.jobs))

@@ -53,6 +53,24 @@ class Finite(click.FloatRange):
         return number
 
 
+def sim_settings(ctx: click.Context, param: click.Parameter,
+                 values: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
+    """``--set KEY=VALUE`` of ``arnold sim``: each a (field, value) pair read by
+    ``slurm_arnold.sim.engine.parse_setting``, or a usage error naming the fix."""
+    from slurm_arnold.sim.engine import parse_setting
+
+    pairs = []
+    for value in values:
+        key, sep, text = value.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{value!r} is not KEY=VALUE", ctx, param)
+        try:
+            pairs.append(parse_setting(key.strip(), text.strip()))
+        except ValueError as err:
+            raise click.BadParameter(str(err), ctx, param) from None
+    return tuple(pairs)
+
+
 def parallelism_options(command: F) -> F:
     """``--cp``, ``--ep`` and ``--nvlink-group``: a job's context and expert parallelism and
     the group that must share an NVLink domain (``placement.Parallelism``)."""

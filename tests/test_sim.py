@@ -9,6 +9,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -237,6 +238,37 @@ def test_a_replanned_reservation_keeps_off_the_nodes_planned_for_a_blocked_lpj_a
     assert set(late.node_ids) <= set(big.node_ids)
 
 
+def test_a_reservation_moved_beside_a_plan_ahead_may_keep_its_own_nodes() -> None:
+    # 8 nodes in two leaves. L (LPJ, 3 nodes) reserved nodes 0-2, expected at 1,000. At 10
+    # node 0 and nodes 3-4 are free: a move can start it now. A blocked LPJ ahead is planned
+    # on 0-2 and 5-7, past L (plans past reservations count L's run there first), so the move
+    # is judged over L's own nodes and the unplanned 3-4. Before, the new reservation was
+    # then barred from L's own nodes too: two nodes were left, L lost its reservation.
+    log = [_record(0, 0, 1, 10, 10), _record(1, 0, 2, 1_000, 1_000),
+           _record(2, 0, 2, 10, 2_000), _record(3, 0, 3, 5_000, 5_000),
+           _record(4, 0, 3, 500, 500)]
+    sim = _sim(log, _tree(1, 2, 4), lpj_gpus=24, policy="arnold", predictor="requested",
+               pay_for_itself=False, reserve_horizon_h=1.0)
+    jobs = sim.jobs
+    for job in jobs:
+        sim._submit(job)
+    for job, nodes in zip(jobs[:4], ([0], [1, 2], [3, 4], [5, 6, 7]), strict=True):
+        sim._start(job, nodes)
+    late = jobs[4]
+    assert late.lpj and sim._reserve(late)
+    res = sim.reservations[sim.res_of_job[late.index]]
+    assert sorted(res.nodes.tolist()) == [0, 1, 2] and res.earliest == 1_000
+    sim.now = 10.0
+    for job in jobs[0], jobs[2]:
+        sim._end(job)
+    planned = np.zeros(sim.c.n, dtype=bool)
+    planned[[0, 1, 2, 5, 6, 7]] = True
+    assert sim._replan(res, sim._drain(), planned)
+    moved = sim.reservations[sim.res_of_job[late.index]]
+    assert sim.replans == 1 and sorted(moved.nodes.tolist()) == [0, 3, 4]
+    assert sim._expected_start(moved, sim._drain()) == 10
+
+
 @pytest.mark.parametrize(("limit", "run", "predictor", "cost", "late_start", "big_start"), [
     # L may run to 5,000 s past Big's planned start: 7 nodes x 4,020 s of delay against
     # 3 nodes x 1,980 s saved (its turn: 2,000, after Big's plan by limits and B's node).
@@ -247,6 +279,12 @@ def test_a_replanned_reservation_keeps_off_the_nodes_planned_for_a_blocked_lpj_a
     # and since it ends in time Big still starts at 1,000. By its limit it would not.
     (5_000, 200, "oracle", "predictions", 20, 1_000),
     (5_000, 200, "oracle", "limits", 1_100, 1_000),
+    # Expected delay: 0.9 x 0 s by the prediction + 0.1 x 4,020 s by the limit, on 7 nodes,
+    # is less than the 3 x 1,980 node-s saved; with a 20,000 s limit (0.1 x 19,020 s) it is
+    # more, so L keeps behind Big, where by its prediction alone it would pass.
+    (5_000, 200, "oracle", "expected", 20, 1_000),
+    (20_000, 200, "oracle", "expected", 1_100, 1_000),
+    (20_000, 200, "oracle", "predictions", 20, 1_000),
 ])
 def test_an_lpj_passes_a_blocked_lpj_only_when_the_jump_pays_for_itself(
         limit: int, run: int, predictor: str, cost: str, late_start: int,
@@ -388,6 +426,40 @@ def test_sim_jobs_csv_lists_every_job_and_agrees_with_the_means(
                                     "--jobs-csv", str(tmp_path / "nowhere" / "jobs.csv")])
     assert bad.exit_code == 1 and "--jobs-csv" in bad.output
     assert "Traceback" not in bad.output and "replay ran" not in bad.output
+
+
+def test_sim_set_reaches_the_replay_and_refuses_what_it_cannot_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = [*_sim_args(tmp_path, 40, gap=20, run=lambda i: 300), "--policy", "arnold",
+            "--lpj-gpus", "24", "--placement", "best-fit", "--predictor", "requested"]
+    seen: list[SimSettings] = []
+    replay = Simulation.run
+
+    def spy(self: Simulation) -> dict[str, object]:
+        seen.append(self.s)
+        return replay(self)
+
+    monkeypatch.setattr(Simulation, "run", spy)
+    ok = CliRunner().invoke(main, [*args, "--set", "lpj_jumps_pay=expected",
+                                   "--set", "plans_past_reservations=on",
+                                   "--set", "lpj_starved_h=inf", "--set", "idle_share=0.5",
+                                   "--set", "plan_ahead=3", "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.stdout)["jobs"] == 40
+    (s,) = seen
+    assert (s.lpj_jumps_pay, s.plans_past_reservations, s.lpj_starved_h, s.idle_share,
+            s.plan_ahead, s.max_reservations) == ("expected", True, math.inf, 0.5, 3, 4)
+    for setting, problem in [("lpj_jumps_pay=free", "use off, limits, predictions, expected"),
+                             ("plans_past_reservations=maybe", "takes true or false"),
+                             ("plan_ahead=2.5", "takes an integer"),
+                             ("idle_share=nan", "0 or more"), ("idle_share=-1", "0 or more"),
+                             ("quantile=1", "between 0 and 1"),
+                             ("policy=slurm", "use --policy"), ("horizon=3", "unknown setting"),
+                             ("lpj_starved_h", "is not KEY=VALUE")]:
+        bad = CliRunner().invoke(main, [*args, "--set", setting])
+        assert bad.exit_code == 2 and problem in bad.output, (setting, bad.output)
+        assert "Traceback" not in bad.output
+    assert len(seen) == 1  # no refused setting reached a replay
 
 
 def test_slurm_vs_arnold_on_a_kth_slice() -> None:

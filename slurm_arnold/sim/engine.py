@@ -33,7 +33,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -59,7 +59,7 @@ SIM_PLACEMENT_SAFETY_S = 600.0
 
 
 #: How ``SimSettings.lpj_jumps_pay`` counts a jump's delay to a blocked LPJ (off: no rule).
-LPJ_JUMP_COSTS = ("off", "limits", "predictions")
+LPJ_JUMP_COSTS = ("off", "limits", "predictions", "expected")
 
 
 @dataclass
@@ -110,11 +110,12 @@ class SimSettings:
     #: An LPJ may take the nodes planned for a blocked LPJ ahead only when the node-hours it
     #: saves itself (its nodes x its wait if it kept its turn) are at least the node-hours it
     #: may delay the other (that LPJ's nodes x how far past that plan's start it runs, by its
-    #: time limit with "limits", by its upper prediction with "predictions"). "off": LPJs
-    #: pass blocked LPJs freely. Off: on Curie's held-out jobs, by limits it ends the
-    #: starving of the 4,096- and 4,500-node jobs but misses both waits, by predictions it
-    #: meets the waits and misses utilisation (`arnold bench sim --held-out --variants`;
-    #: docs/sim.md).
+    #: time limit with "limits", by its upper prediction with "predictions", and with
+    #: "expected" by both weighed by the upper prediction's odds: the prediction with
+    #: ``quantile``, the limit with the rest). "off": LPJs pass blocked LPJs freely. Off: on
+    #: Curie's held-out jobs, by limits it ends the starving of the 4,096- and 4,500-node
+    #: jobs but misses both waits, by predictions it meets the waits and misses utilisation
+    #: (`arnold bench sim --held-out --variants`; docs/sim.md).
     lpj_jumps_pay: str = "off"
     replan_gain_s: float = 600.0
     #: Also replan a reservation whose own expected start slipped (``_replan_reservations``).
@@ -411,12 +412,19 @@ class Simulation:
         """Whether LPJ ``job`` may take ``blocked``'s planned nodes (``lpj_jumps_pay``): the
         node-hours it saves itself against waiting for its turn (``own_turn``, its plan
         behind the jobs ahead) are at least those it may delay the blocked LPJ."""
-        runs = job.limit
-        if self.s.lpj_jumps_pay == "predictions":
-            runs = min(job.limit, self.pred.predict(job))
+        def past_start(runs: float) -> float:
+            return max(0.0, self.now + runs - blocked.start)
+
+        cost = self.s.lpj_jumps_pay
+        by_limit = past_start(job.limit)
+        by_prediction = past_start(min(job.limit, self.pred.predict(job)))
+        delay = {"limits": by_limit, "predictions": by_prediction,
+                 # The upper prediction holds with odds `quantile`; past it the job may run
+                 # to its limit: the expected delay is at most this mix of the two.
+                 "expected": (self.s.quantile * by_prediction
+                              + (1.0 - self.s.quantile) * by_limit)}[cost]
         saved = job.nodes * (own_turn - self.now)
-        delayed = int(blocked.mask.sum()) * max(0.0, self.now + runs - blocked.start)
-        return saved >= delayed
+        return saved >= int(blocked.mask.sum()) * delay
 
     def _plan(self, job: SimJob, plans: Sequence[_Plan]) -> _Plan | None:
         """Backfill's planned start: when enough nodes are free if jobs run to their limits."""
@@ -568,7 +576,9 @@ class Simulation:
         if fresh < res.earliest - self.s.replan_gain_s or (
                 slipped and fresh < current - self.s.replan_gain_s):
             self._release(res)
-            if not self._reserve(res.job, planned, plans):
+            # Its own nodes stay open to it even where a plan ahead counts on them (that plan
+            # already expects this LPJ to run there first): the move was judged so above.
+            if not self._reserve(res.job, None if planned is None else planned & ~own, plans):
                 return False
             self.replans += 1
         return True
@@ -695,3 +705,54 @@ def simulate(cluster: SimCluster, workload: Workload, settings: SimSettings,
              progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Run one simulation; the metrics of ``arnold sim --json``."""
     return Simulation(cluster, workload, settings, progress).run()
+
+
+#: SimSettings fields `arnold sim` sets with options of their own, not with ``--set``.
+OWN_OPTIONS = {"policy": "--policy", "predictor": "--predictor", "mode": "--mode",
+               "placement": "--placement", "depth": "--depth",
+               "max_reservations": "--max-reservations", "spread_weight_h": "--spread-weight-h",
+               "reserve_horizon_h": "--horizon-h", "keep_domains_whole": "--keep-domains-whole"}
+#: The text settings' choices (Simulation refuses others too).
+CHOICES = {"lpj_jumps_pay": LPJ_JUMP_COSTS}
+#: Settings that are a probability.
+FRACTIONS = {"quantile"}
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def parse_setting(key: str, text: str) -> tuple[str, Any]:
+    """One ``KEY=VALUE`` of ``arnold sim --set``: the field and its value, read as the type
+    of the field's default. ValueError, with the fix, for an unknown field, a field with an
+    option of its own, or a value that is not of the field's type (numbers: 0 or more, inf
+    allowed where the default is a float, e.g. ``lpj_starved_h``)."""
+    defaults = SimSettings()
+    names = sorted(f.name for f in fields(SimSettings) if f.name not in OWN_OPTIONS)
+    if key in OWN_OPTIONS:
+        raise ValueError(f"{key} has an option of its own: use {OWN_OPTIONS[key]}")
+    if key not in names:
+        raise ValueError(f"unknown setting {key!r}; use one of " + ", ".join(names))
+    kind = type(getattr(defaults, key))
+    value: Any
+    if kind is bool:
+        if text.lower() not in _TRUE + _FALSE:
+            raise ValueError(f"{key} takes true or false, not {text!r}")
+        value = text.lower() in _TRUE
+    elif kind in (int, float):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise ValueError(f"{key} takes a{'n integer' if kind is int else ' number'}, "
+                             f"not {text!r}") from None
+        if math.isnan(value) or value < 0:
+            raise ValueError(f"{key} takes a number of 0 or more, not {text!r}")
+        if key in FRACTIONS and not 0 < value < 1:
+            raise ValueError(f"{key} takes a number between 0 and 1, not {text!r}")
+    elif key in CHOICES and text not in CHOICES[key]:
+        raise ValueError(f"unknown {key} {text!r}; use " + ", ".join(CHOICES[key]))
+    else:
+        value = text
+    return key, value
+
+
+def with_settings(settings: SimSettings, pairs: Sequence[tuple[str, Any]]) -> SimSettings:
+    """``settings`` with the fields of ``pairs`` (from ``parse_setting``) replaced."""
+    return replace(settings, **dict(pairs))
