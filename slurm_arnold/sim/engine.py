@@ -114,8 +114,8 @@ class SimSettings:
     #: "expected" by both weighed by the upper prediction's odds: the prediction with
     #: ``quantile``, the limit with the rest). "off": LPJs pass blocked LPJs freely. Off: on
     #: Curie's held-out jobs, by limits it ends the starving of the 4,096- and 4,500-node
-    #: jobs but misses both waits, by predictions it meets the waits and misses utilisation
-    #: (`arnold bench sim --held-out --variants`; docs/sim.md).
+    #: jobs but misses both waits, by predictions it meets the waits and misses utilisation,
+    #: expected as by limits (`arnold bench sim --held-out --variants`; docs/sim.md).
     lpj_jumps_pay: str = "off"
     replan_gain_s: float = 600.0
     #: Also replan a reservation whose own expected start slipped (``_replan_reservations``).
