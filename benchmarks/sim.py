@@ -254,6 +254,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "lpj_jumps_pay": "predictions", "plans_past_reservations": True},
     "LPJ jumps pay by expected delay, plans past reservations": {
         "lpj_jumps_pay": "expected", "plans_past_reservations": True},
+    "LPJ head binds": {"lpj_head_binds": True},
 }
 
 

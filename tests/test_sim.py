@@ -302,6 +302,28 @@ def test_an_lpj_passes_a_blocked_lpj_only_when_the_jump_pays_for_itself(
     assert late.start == late_start and big.start == big_start
 
 
+@pytest.mark.parametrize(("head_binds", "limit", "late_start", "big_start"), [
+    # Off, L takes the 3 free nodes at 20 and Big, planned for 1,000, waits for L's end.
+    (False, 5_000, 20, 5_020),
+    # On, Big is the LPJs' head: L may not take its planned nodes ...
+    (True, 5_000, 1_100, 1_000),
+    # ... unless it ends, by its limit, before Big's planned start.
+    (True, 900, 20, 1_000),
+])
+def test_the_first_blocked_lpj_keeps_its_place_when_the_head_binds(
+        head_binds: bool, limit: int, late_start: int, big_start: int) -> None:
+    # The scene of the jump tests: A (4 nodes, to 1,000) and B (1 node, to 2,000) run; Big
+    # (LPJ, 7 nodes) is planned for 1,000 on A's nodes and the 3 free ones; L (LPJ, 3
+    # nodes) comes at 20 and would fit the free ones now.
+    log = [_record(0, 0, 4, 1_000, 1_000), _record(1, 0, 1, 2_000, 2_000),
+           _record(2, 10, 7, 100, 1_000), _record(3, 20, 3, limit, limit)]
+    sim = _sim(log, _tree(1, 2, 4), lpj_gpus=24, policy="arnold", predictor="requested",
+               lpj_head_binds=head_binds)
+    sim.run()
+    big, late = sim.jobs[2], sim.jobs[3]
+    assert late.start == late_start and big.start == big_start
+
+
 def test_an_unknown_jump_cost_is_refused() -> None:
     with pytest.raises(InfeasibleError, match="lpj_jumps_pay 'free'; use off, limits"):
         _sim([_record(0, 0, 1, 10, 10)], _tree(1, 1, 2), policy="arnold", lpj_jumps_pay="free")

@@ -117,6 +117,10 @@ class SimSettings:
     #: jobs but misses both waits, by predictions it meets the waits and misses utilisation,
     #: expected as by limits (`arnold bench sim --held-out --variants`; docs/sim.md).
     lpj_jumps_pay: str = "off"
+    #: The first blocked LPJ in the queue (the head, for LPJs) keeps its place against the
+    #: LPJs behind it, as Slurm's backfill keeps the queue's head: they may not take the
+    #: nodes planned for it unless they end, by their limit, before its planned start.
+    lpj_head_binds: bool = False
     replan_gain_s: float = 600.0
     #: Also replan a reservation whose own expected start slipped (``_replan_reservations``).
     replan_on_slip: bool = True
@@ -317,7 +321,8 @@ class Simulation:
         self._drains.clear()
         self.pred.maybe_retrain(self.now)
         binding = (self.s.lpj_keeps_place or self.s.lpjs_respect_lpj_plans
-                   or math.isfinite(self.s.lpj_starved_h) or self.s.lpj_jumps_pay != "off")
+                   or math.isfinite(self.s.lpj_starved_h) or self.s.lpj_jumps_pay != "off"
+                   or self.s.lpj_head_binds)
         if self.s.policy == "arnold":
             self._start_drained_reservations()
             if not binding:
@@ -357,9 +362,12 @@ class Simulation:
                 # Only when some plan can bind it: plans are made lazily, and one made
                 # before this LPJ starts would go stale under it.
                 own_turn: float | None = None
+                head = True  # the first LPJ plan ahead is the LPJs' head of the queue
                 for p in plans_ahead() if binding else ():
                     binds = (p.starved or self.s.lpj_keeps_place
-                             or (p.lpj and self.s.lpjs_respect_lpj_plans))
+                             or (p.lpj and self.s.lpjs_respect_lpj_plans)
+                             or (p.lpj and head and self.s.lpj_head_binds))
+                    head = head and not p.lpj
                     if not binds and p.lpj and self.s.lpj_jumps_pay != "off":
                         if own_turn is None:
                             mine = self._plan(job, plans)
