@@ -120,6 +120,7 @@ class SimSettings:
     #: The first blocked LPJ in the queue (the head, for LPJs) keeps its place against the
     #: LPJs behind it, as Slurm's backfill keeps the queue's head: they may not take the
     #: nodes planned for it unless they end, by their limit, before its planned start.
+    #: Off: alone it made both waits far worse on Curie's held-out jobs (docs/sim.md).
     lpj_head_binds: bool = False
     replan_gain_s: float = 600.0
     #: Also replan a reservation whose own expected start slipped (``_replan_reservations``).
