@@ -7,6 +7,7 @@ Slurm failure) as one line on stderr naming the problem and the fix; 2 a usage e
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -469,7 +470,7 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
     """Replay a job log on a fat tree under Slurm's backfill or Arnold's policy."""
     from predictor.swf import BadLine, JobRecord
     from slurm_arnold.sim.cluster import SimCluster
-    from slurm_arnold.sim.engine import SimSettings, Simulation, with_settings
+    from slurm_arnold.sim.engine import SimSettings, Simulation
     from slurm_arnold.sim.jobs import build_workload, open_jobs_csv, write_jobs_csv
 
     items = _read_log(swf_file, csv_file)
@@ -490,7 +491,7 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
                            depth=depth, max_reservations=max_reservations,
                            spread_weight_h=spread_weight_h, reserve_horizon_h=horizon_h,
                            keep_domains_whole=keep_domains_whole)
-    settings = with_settings(settings, overrides)
+    settings = dataclasses.replace(settings, **dict(overrides))
     sink = open_jobs_csv(Path(jobs_csv)) if jobs_csv else contextlib.nullcontext()
     with sink as out, _progress() as bar:
         task = bar.add_task(f"sim {policy}", total=len(workload.jobs))

@@ -56,7 +56,8 @@ class Finite(click.FloatRange):
 def sim_settings(ctx: click.Context, param: click.Parameter,
                  values: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
     """``--set KEY=VALUE`` of ``arnold sim``: each a (field, value) pair read by
-    ``slurm_arnold.sim.engine.parse_setting``, or a usage error naming the fix."""
+    ``slurm_arnold.sim.engine.parse_setting`` (for ``dataclasses.replace`` of its
+    SimSettings), or a usage error naming the fix."""
     from slurm_arnold.sim.engine import parse_setting
 
     pairs = []

@@ -475,7 +475,7 @@ def test_sim_set_reaches_the_replay_and_refuses_what_it_cannot_read(
                              ("plans_past_reservations=maybe", "takes true or false"),
                              ("plan_ahead=2.5", "takes an integer"),
                              ("idle_share=nan", "0 or more"), ("idle_share=-1", "0 or more"),
-                             ("quantile=1", "between 0 and 1"),
+                             ("quantile=1", "between 0 and 1"), ("alpha=1.5", "in [0, 1]"),
                              ("policy=slurm", "use --policy"), ("horizon=3", "unknown setting"),
                              ("lpj_starved_h", "is not KEY=VALUE")]:
         bad = CliRunner().invoke(main, [*args, "--set", setting])

@@ -33,7 +33,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -723,8 +723,9 @@ OWN_OPTIONS = {"policy": "--policy", "predictor": "--predictor", "mode": "--mode
                "reserve_horizon_h": "--horizon-h", "keep_domains_whole": "--keep-domains-whole"}
 #: The text settings' choices (Simulation refuses others too).
 CHOICES = {"lpj_jumps_pay": LPJ_JUMP_COSTS}
-#: Settings that are a probability.
-FRACTIONS = {"quantile"}
+#: Settings that are a share, and whether 0 and 1 themselves are allowed (alpha: the DP
+#: spread's weight, beta = 1 - alpha; quantile: a probability strictly inside).
+FRACTIONS = {"alpha": True, "quantile": False}
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 
@@ -753,15 +754,13 @@ def parse_setting(key: str, text: str) -> tuple[str, Any]:
                              f"not {text!r}") from None
         if math.isnan(value) or value < 0:
             raise ValueError(f"{key} takes a number of 0 or more, not {text!r}")
-        if key in FRACTIONS and not 0 < value < 1:
-            raise ValueError(f"{key} takes a number between 0 and 1, not {text!r}")
+        closed = FRACTIONS.get(key)
+        if closed is not None and not (0 <= value <= 1 if closed else 0 < value < 1):
+            raise ValueError(f"{key} takes a number {'in [0, 1]' if closed else 'between 0 and 1'}"
+                             f", not {text!r}")
     elif key in CHOICES and text not in CHOICES[key]:
         raise ValueError(f"unknown {key} {text!r}; use " + ", ".join(CHOICES[key]))
     else:
         value = text
     return key, value
 
-
-def with_settings(settings: SimSettings, pairs: Sequence[tuple[str, Any]]) -> SimSettings:
-    """``settings`` with the fields of ``pairs`` (from ``parse_setting``) replaced."""
-    return replace(settings, **dict(pairs))
