@@ -255,6 +255,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "LPJ jumps pay by expected delay, plans past reservations": {
         "lpj_jumps_pay": "expected", "plans_past_reservations": True},
     "LPJ head binds": {"lpj_head_binds": True},
+    "LPJ head binds, plans past reservations": {"lpj_head_binds": True,
+                                                "plans_past_reservations": True},
 }
 
 
