@@ -257,6 +257,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "LPJ head binds": {"lpj_head_binds": True},
     "LPJ head binds, plans past reservations": {"lpj_head_binds": True,
                                                 "plans_past_reservations": True},
+    "LPJ head shadow": {"lpj_head_shadow": True},
 }
 
 

@@ -324,6 +324,50 @@ def test_the_first_blocked_lpj_keeps_its_place_when_the_head_binds(
     assert late.start == late_start and big.start == big_start
 
 
+@pytest.mark.parametrize(("shadow", "predictor", "run", "late_start", "big_start"), [
+    # Off, L takes the 3 free nodes at 20 and Big, planned for 1,000, waits for L's end.
+    (False, "oracle", 5_000, 20, 5_020),
+    # On, Big's shadow is 1,000 (A's 4 nodes and the 3 free ones): L, predicted to run
+    # past it, may not take the free nodes Big needs then ...
+    (True, "oracle", 5_000, 1_100, 1_000),
+    # ... but ends in time by its prediction (the oracle's 200 s, limit 5,000): it passes.
+    (True, "oracle", 200, 20, 1_000),
+    # By its limit (requested) the same L runs past the shadow: it keeps behind Big.
+    (True, "requested", 200, 1_100, 1_000),
+])
+def test_an_lpj_behind_keeps_out_of_the_head_lpjs_shadow(
+        shadow: bool, predictor: str, run: int, late_start: int, big_start: int) -> None:
+    # The scene of the head-binds test: A (4 nodes, to 1,000) and B (1 node, to 2,000) run;
+    # Big (LPJ, 7 nodes) is blocked; L (LPJ, 3 nodes, limit 5,000) comes at 20.
+    log = [_record(0, 0, 4, 1_000, 1_000), _record(1, 0, 1, 2_000, 2_000),
+           _record(2, 10, 7, 100, 1_000), _record(3, 20, 3, run, 5_000)]
+    sim = _sim(log, _tree(1, 2, 4), lpj_gpus=24, policy="arnold", predictor=predictor,
+               lpj_head_shadow=shadow)
+    sim.run()
+    big, late = sim.jobs[2], sim.jobs[3]
+    assert big.lpj and late.lpj
+    assert late.start == late_start and big.start == big_start
+
+
+@pytest.mark.parametrize(("nodes", "late_start"), [
+    # Big needs 7 of the 8 nodes by 1,000: A's 4 and 3 of the 4 free ones. The fourth is
+    # one Big will not need: a 1-node LPJ running long may take it now ...
+    (1, 20),
+    # ... a 2-node one would take a node Big needs at 1,000: it waits for Big's end.
+    (2, 1_100),
+])
+def test_the_head_lpjs_shadow_leaves_the_nodes_it_will_not_need_open(
+        nodes: int, late_start: int) -> None:
+    log = [_record(0, 0, 4, 1_000, 1_000), _record(1, 10, 7, 100, 1_000),
+           _record(2, 20, nodes, 5_000, 5_000)]
+    sim = _sim(log, _tree(1, 2, 4), lpj_gpus=8, policy="arnold", predictor="requested",
+               lpj_head_shadow=True)
+    sim.run()
+    big, late = sim.jobs[1], sim.jobs[2]
+    assert big.lpj and late.lpj
+    assert late.start == late_start and big.start == 1_000
+
+
 def test_an_unknown_jump_cost_is_refused() -> None:
     with pytest.raises(InfeasibleError, match="lpj_jumps_pay 'free'; use off, limits"):
         _sim([_record(0, 0, 1, 10, 10)], _tree(1, 1, 2), policy="arnold", lpj_jumps_pay="free")

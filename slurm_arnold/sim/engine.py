@@ -122,6 +122,11 @@ class SimSettings:
     #: nodes planned for it unless they end, by their limit, before its planned start.
     #: Off: alone it made both waits far worse on Curie's held-out jobs (docs/sim.md).
     lpj_head_binds: bool = False
+    #: The head LPJ (as ``lpj_head_binds``) is protected as EASY backfill with predictions
+    #: protects the queue's head: an LPJ behind it that is predicted to run past the head's
+    #: predicted start (its shadow: when enough nodes drain by the predictions) may use only
+    #: the nodes the head will not need then, now or by a reservation.
+    lpj_head_shadow: bool = False
     replan_gain_s: float = 600.0
     #: Also replan a reservation whose own expected start slipped (``_replan_reservations``).
     replan_on_slip: bool = True
@@ -323,7 +328,7 @@ class Simulation:
         self.pred.maybe_retrain(self.now)
         binding = (self.s.lpj_keeps_place or self.s.lpjs_respect_lpj_plans
                    or math.isfinite(self.s.lpj_starved_h) or self.s.lpj_jumps_pay != "off"
-                   or self.s.lpj_head_binds)
+                   or self.s.lpj_head_binds or self.s.lpj_head_shadow)
         if self.s.policy == "arnold":
             self._start_drained_reservations()
             if not binding:
@@ -365,6 +370,13 @@ class Simulation:
                 own_turn: float | None = None
                 head = True  # the first LPJ plan ahead is the LPJs' head of the queue
                 for p in plans_ahead() if binding else ():
+                    if p.lpj and head and self.s.lpj_head_shadow:
+                        head = False
+                        shadow, shielded = self._shadow(int(p.mask.sum()))
+                        ahead |= shielded
+                        if self.now + min(job.limit, self.pred.predict(job)) > shadow:
+                            overlap |= shielded
+                        continue
                     binds = (p.starved or self.s.lpj_keeps_place
                              or (p.lpj and self.s.lpjs_respect_lpj_plans)
                              or (p.lpj and head and self.s.lpj_head_binds))
@@ -434,6 +446,22 @@ class Simulation:
                               + (1.0 - self.s.quantile) * by_limit)}[cost]
         saved = job.nodes * (own_turn - self.now)
         return saved >= int(blocked.mask.sum()) * delay
+
+    def _shadow(self, n: int) -> tuple[float, np.ndarray]:
+        """When ``n`` nodes are predicted to be free (reserved ones once their LPJ has run
+        its predicted time), and which n to keep for that: those busy until then before
+        idle ones, so that idle nodes the head will not need stay open to others."""
+        drain = np.maximum(self._drain(), self.now)
+        avail = drain.copy()
+        for res in self.reservations.values():
+            avail[res.nodes] = (self._expected_start(res, drain)
+                                + min(res.job.limit, self.pred.predict(res.job)))
+        start = float(np.sort(avail)[n - 1])
+        idle = self.c.whole_free() & ~self.c.blocked
+        order = np.lexsort((avail, idle, avail > start))
+        shielded = np.zeros(self.c.n, dtype=bool)
+        shielded[order[:n]] = True
+        return start, shielded
 
     def _plan(self, job: SimJob, plans: Sequence[_Plan]) -> _Plan | None:
         """Backfill's planned start: when enough nodes are free if jobs run to their limits."""
