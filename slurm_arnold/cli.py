@@ -456,6 +456,10 @@ def _print_placement(result: Placement, topo: Topology, par: Parallelism | None 
                    "used domains before whole ones.")
 @click.option("--jobs-csv", type=click.Path(dir_okay=False, writable=True),
               help="Also write each job's submit, start, end and wait to this CSV.")
+@click.option("--skip-jobs", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Replay the log's jobs after its first this many (readable ones).")
+@click.option("--max-jobs", type=click.IntRange(min=1),
+              help="Replay at most this many jobs (after --skip-jobs) [default: all].")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", callback=sim_settings,
               help="Set any other simulator setting (SimSettings; docs/sim.md), e.g. "
                    "--set lpj_jumps_pay=expected --set plans_past_reservations=true. "
@@ -465,8 +469,8 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
             gpus_per_node: int, gpus_per_proc: float, lpj_gpus: int, policy: str,
             predictor_name: str | None, mode: str, placement: str, minipod_level: int | None,
             depth: int, max_reservations: int, spread_weight_h: float, horizon_h: float,
-            keep_domains_whole: bool, jobs_csv: str | None,
-            overrides: tuple[tuple[str, Any], ...], as_json: bool) -> None:
+            keep_domains_whole: bool, jobs_csv: str | None, skip_jobs: int,
+            max_jobs: int | None, overrides: tuple[tuple[str, Any], ...], as_json: bool) -> None:
     """Replay a job log on a fat tree under Slurm's backfill or Arnold's policy."""
     from predictor.swf import BadLine, JobRecord
     from slurm_arnold.sim.cluster import SimCluster
@@ -482,8 +486,13 @@ def sim_cmd(swf_file: str | None, csv_file: str | None, topology_file: str,
         minipod_level = load_config().minipod_level
     topo = read_topology_file(topology_file, minipod_level=minipod_level)
     cluster = SimCluster(topo, gpus_per_node)
-    workload = build_workload([i for i in items if isinstance(i, JobRecord)],
-                              gpus_per_node=gpus_per_node, gpus_per_proc=gpus_per_proc,
+    records = [i for i in items if isinstance(i, JobRecord)]
+    # The slices of `arnold bench sim` (e.g. its --held-out jobs) are cut the same way.
+    records = records[skip_jobs:None if max_jobs is None else skip_jobs + max_jobs]
+    if not records:
+        raise click.UsageError(f"--skip-jobs {skip_jobs} leaves no job of the log's "
+                               f"{len(items) - len(bad)}; skip fewer")
+    workload = build_workload(records, gpus_per_node=gpus_per_node, gpus_per_proc=gpus_per_proc,
                               cluster_gpus=cluster.total_gpus, lpj_gpus=lpj_gpus)
     settings = SimSettings(policy=policy, mode=mode, placement=placement,
                            predictor=predictor_name or ("model_q" if policy == "arnold"

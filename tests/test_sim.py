@@ -460,6 +460,24 @@ def test_sim_command_json_keys(tmp_path: Path) -> None:
         assert doc["predictor"] == ("model_q" if policy == "arnold" else "requested")
 
 
+def test_sim_replays_the_slice_skip_and_max_jobs_name(tmp_path: Path) -> None:
+    import csv
+
+    args = [*_sim_args(tmp_path, 60, gap=50, run=lambda i: 100 + i, tail="9 9 9\n"),
+            "--policy", "slurm"]
+    out = tmp_path / "jobs.csv"
+    result = CliRunner().invoke(main, [*args, "--skip-jobs", "20", "--max-jobs", "25",
+                                       "--jobs-csv", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["jobs"] == 25
+    assert [r["job_id"] for r in csv.DictReader(out.open())] == [str(i) for i in range(20, 45)]
+    tail = CliRunner().invoke(main, [*args, "--skip-jobs", "50", "--json"])
+    assert tail.exit_code == 0 and json.loads(tail.stdout)["jobs"] == 10
+    empty = CliRunner().invoke(main, [*args, "--skip-jobs", "60"])
+    assert empty.exit_code == 2 and "--skip-jobs 60 leaves no job of the log's 60" in empty.output
+    assert "Traceback" not in empty.output
+
+
 def test_sim_jobs_csv_lists_every_job_and_agrees_with_the_means(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import csv
