@@ -257,7 +257,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "LPJ head binds": {"lpj_head_binds": True},
     "LPJ head binds, plans past reservations": {"lpj_head_binds": True,
                                                 "plans_past_reservations": True},
-    "LPJ head shadow": {"lpj_head_shadow": True},
+    "LPJ head shadow": {"lpj_head_shadow": "predictions"},
+    "LPJ head shadow, LPJs behind by limits": {"lpj_head_shadow": "limits"},
 }
 
 

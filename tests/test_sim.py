@@ -326,17 +326,19 @@ def test_the_first_blocked_lpj_keeps_its_place_when_the_head_binds(
 
 @pytest.mark.parametrize(("shadow", "predictor", "run", "late_start", "big_start"), [
     # Off, L takes the 3 free nodes at 20 and Big, planned for 1,000, waits for L's end.
-    (False, "oracle", 5_000, 20, 5_020),
+    ("off", "oracle", 5_000, 20, 5_020),
     # On, Big's shadow is 1,000 (A's 4 nodes and the 3 free ones): L, predicted to run
     # past it, may not take the free nodes Big needs then ...
-    (True, "oracle", 5_000, 1_100, 1_000),
+    ("predictions", "oracle", 5_000, 1_100, 1_000),
     # ... but ends in time by its prediction (the oracle's 200 s, limit 5,000): it passes.
-    (True, "oracle", 200, 20, 1_000),
-    # By its limit (requested) the same L runs past the shadow: it keeps behind Big.
-    (True, "requested", 200, 1_100, 1_000),
+    ("predictions", "oracle", 200, 20, 1_000),
+    # Judged by its limit, the same L runs past the shadow: it keeps behind Big ...
+    ("limits", "oracle", 200, 1_100, 1_000),
+    # ... as it does when its prediction is its limit (requested).
+    ("predictions", "requested", 200, 1_100, 1_000),
 ])
 def test_an_lpj_behind_keeps_out_of_the_head_lpjs_shadow(
-        shadow: bool, predictor: str, run: int, late_start: int, big_start: int) -> None:
+        shadow: str, predictor: str, run: int, late_start: int, big_start: int) -> None:
     # The scene of the head-binds test: A (4 nodes, to 1,000) and B (1 node, to 2,000) run;
     # Big (LPJ, 7 nodes) is blocked; L (LPJ, 3 nodes, limit 5,000) comes at 20.
     log = [_record(0, 0, 4, 1_000, 1_000), _record(1, 0, 1, 2_000, 2_000),
@@ -361,7 +363,7 @@ def test_the_head_lpjs_shadow_leaves_the_nodes_it_will_not_need_open(
     log = [_record(0, 0, 4, 1_000, 1_000), _record(1, 10, 7, 100, 1_000),
            _record(2, 20, nodes, 5_000, 5_000)]
     sim = _sim(log, _tree(1, 2, 4), lpj_gpus=8, policy="arnold", predictor="requested",
-               lpj_head_shadow=True)
+               lpj_head_shadow="limits")
     sim.run()
     big, late = sim.jobs[1], sim.jobs[2]
     assert big.lpj and late.lpj
@@ -371,6 +373,8 @@ def test_the_head_lpjs_shadow_leaves_the_nodes_it_will_not_need_open(
 def test_an_unknown_jump_cost_is_refused() -> None:
     with pytest.raises(InfeasibleError, match="lpj_jumps_pay 'free'; use off, limits"):
         _sim([_record(0, 0, 1, 10, 10)], _tree(1, 1, 2), policy="arnold", lpj_jumps_pay="free")
+    with pytest.raises(InfeasibleError, match="lpj_head_shadow 'on'; use off, limits"):
+        _sim([_record(0, 0, 1, 10, 10)], _tree(1, 1, 2), policy="arnold", lpj_head_shadow="on")
 
 
 def _check_conservation(sim: Simulation, result: dict[str, object]) -> None:

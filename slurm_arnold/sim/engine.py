@@ -60,6 +60,9 @@ SIM_PLACEMENT_SAFETY_S = 600.0
 
 #: How ``SimSettings.lpj_jumps_pay`` counts a jump's delay to a blocked LPJ (off: no rule).
 LPJ_JUMP_COSTS = ("off", "limits", "predictions", "expected")
+#: How ``SimSettings.lpj_head_shadow`` judges whether an LPJ behind the head runs past its
+#: shadow (off: no rule).
+LPJ_HEAD_SHADOWS = ("off", "limits", "predictions")
 
 
 @dataclass
@@ -122,11 +125,13 @@ class SimSettings:
     #: nodes planned for it unless they end, by their limit, before its planned start.
     #: Off: alone it made both waits far worse on Curie's held-out jobs (docs/sim.md).
     lpj_head_binds: bool = False
-    #: The head LPJ (as ``lpj_head_binds``) is protected as EASY backfill with predictions
-    #: protects the queue's head: an LPJ behind it that is predicted to run past the head's
-    #: predicted start (its shadow: when enough nodes drain by the predictions) may use only
-    #: the nodes the head will not need then, now or by a reservation.
-    lpj_head_shadow: bool = False
+    #: The LPJs' head (as ``lpj_head_binds``) is protected as EASY backfill protects the
+    #: queue's head, by the predictions: its shadow is when enough nodes drain by them
+    #: (reserved ones once their LPJ has run its predicted time). An LPJ behind it that would
+    #: run past the shadow, by its time limit with "limits", by its upper prediction with
+    #: "predictions", may use only the nodes the head will not need then, now or by a
+    #: reservation. "off": no such rule.
+    lpj_head_shadow: str = "off"
     replan_gain_s: float = 600.0
     #: Also replan a reservation whose own expected start slipped (``_replan_reservations``).
     replan_on_slip: bool = True
@@ -172,6 +177,9 @@ class Simulation:
         if settings.lpj_jumps_pay not in LPJ_JUMP_COSTS:
             raise InfeasibleError(f"unknown lpj_jumps_pay {settings.lpj_jumps_pay!r}; use "
                                   + ", ".join(LPJ_JUMP_COSTS))
+        if settings.lpj_head_shadow not in LPJ_HEAD_SHADOWS:
+            raise InfeasibleError(f"unknown lpj_head_shadow {settings.lpj_head_shadow!r}; use "
+                                  + ", ".join(LPJ_HEAD_SHADOWS))
         self.c = cluster
         self.w = workload
         self.s = settings
@@ -328,7 +336,7 @@ class Simulation:
         self.pred.maybe_retrain(self.now)
         binding = (self.s.lpj_keeps_place or self.s.lpjs_respect_lpj_plans
                    or math.isfinite(self.s.lpj_starved_h) or self.s.lpj_jumps_pay != "off"
-                   or self.s.lpj_head_binds or self.s.lpj_head_shadow)
+                   or self.s.lpj_head_binds or self.s.lpj_head_shadow != "off")
         if self.s.policy == "arnold":
             self._start_drained_reservations()
             if not binding:
@@ -370,11 +378,13 @@ class Simulation:
                 own_turn: float | None = None
                 head = True  # the first LPJ plan ahead is the LPJs' head of the queue
                 for p in plans_ahead() if binding else ():
-                    if p.lpj and head and self.s.lpj_head_shadow:
+                    if p.lpj and head and self.s.lpj_head_shadow != "off":
                         head = False
                         shadow, shielded = self._shadow(int(p.mask.sum()))
                         ahead |= shielded
-                        if self.now + min(job.limit, self.pred.predict(job)) > shadow:
+                        runs = (job.limit if self.s.lpj_head_shadow == "limits"
+                                else min(job.limit, self.pred.predict(job)))
+                        if self.now + runs > shadow:
                             overlap |= shielded
                         continue
                     binds = (p.starved or self.s.lpj_keeps_place
