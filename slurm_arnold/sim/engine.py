@@ -130,7 +130,7 @@ class SimSettings:
     #: (reserved ones once their LPJ has run its predicted time). An LPJ behind it that would
     #: run past the shadow, by its time limit with "limits", by its upper prediction with
     #: "predictions", may use only the nodes the head will not need then, now or by a
-    #: reservation. "off": no such rule. Off: "limits" is the first rule to meet every rule
+    #: reservation. "off": no such rule. Off: "limits" is the first setting to meet every rule
     #: on both held-out slices, but misses utilisation on Curie's first 10,000 jobs (-0.012);
     #: "predictions" misses on Curie's held-out and first jobs (`arnold bench sim
     #: --variants`, with and without ``--held-out``; docs/sim.md).
