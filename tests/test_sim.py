@@ -482,6 +482,35 @@ def test_sim_replays_the_slice_skip_and_max_jobs_name(tmp_path: Path) -> None:
     assert "Traceback" not in empty.output
 
 
+def test_sim_replays_the_same_slice_as_the_bench(tmp_path: Path) -> None:
+    """`arnold sim --skip-jobs N --max-jobs M` on a shared log gives the metrics of the
+    bench's own replay of that slice (benchmarks.sim.read_log + run_one), so a figure quoted
+    from a bench slice can be rerun, and traced, with `arnold sim`."""
+    from benchmarks.logs import LOGS
+    from benchmarks.sim import read_log, run_one
+
+    if not KTH.exists():
+        pytest.skip(f"{KTH} is absent (the shared data is not beside this checkout)")
+    setup = next(s for s in LOGS if s.name == "KTH")
+    topo = tmp_path / "topology.conf"
+    topo.write_text(fat_tree(setup.pods, setup.leaves, setup.nodes))
+    skip, count = 3_000, 400
+    bench = run_one(read_log(KTH.parent, setup, count, skip), setup, "arnold", "requested",
+                    "share")
+    result = CliRunner().invoke(main, [
+        "sim", "--swf", str(KTH), "--topology", str(topo), "--gpus-per-proc",
+        str(setup.gpus_per_proc), "--policy", "arnold", "--predictor", "requested",
+        "--skip-jobs", str(skip), "--max-jobs", str(count), "--json"])
+    assert result.exit_code == 0, result.output
+    ours = json.loads(result.stdout)
+    assert ours["jobs"] == bench["jobs"] == count
+    # The slice has large jobs and reservations: the LPJ keys are compared too.
+    assert ours["lpjs"] > 0 and ours["reservations"] > 0
+    for key in ("mean_wait_h", "lpj_mean_wait_h", "lpj_mean_weighted_spread", "utilization",
+                "reserved_idle_node_h", "reservations", "backfilled_in_reservations"):
+        assert ours[key] == bench[key], key
+
+
 def test_sim_jobs_csv_lists_every_job_and_agrees_with_the_means(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import csv
