@@ -259,6 +259,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
                                                 "plans_past_reservations": True},
     "LPJ head shadow": {"lpj_head_shadow": "predictions"},
     "LPJ head shadow, LPJs behind by limits": {"lpj_head_shadow": "limits"},
+    "LPJ head shadow by tree fit, LPJs behind by limits": {
+        "lpj_head_shadow": "limits", "lpj_head_shadow_nodes": "tree-fit"},
 }
 
 

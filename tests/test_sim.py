@@ -370,11 +370,35 @@ def test_the_head_lpjs_shadow_leaves_the_nodes_it_will_not_need_open(
     assert late.start == late_start and big.start == 1_000
 
 
+@pytest.mark.parametrize(("keeps", "late_start"), [
+    # X (4 nodes, to 10) and A (4 nodes, to 1,000) fill the two leaves; once X ends, Big
+    # (7 nodes) can have all 8 by 1,000. Busy-first keeps A's 4 and 3 of X's idle ones: L
+    # (1 node, running long) takes the fourth idle node at once ...
+    ("busy-first", 30),
+    # ... tree fit keeps X's whole leaf and 3 of A's nodes, as Big's backfill plan would:
+    # L waits for A's fourth node, at 1,000.
+    ("tree-fit", 1_000),
+])
+def test_the_head_lpjs_shadow_keeps_the_nodes_its_setting_names(
+        keeps: str, late_start: int) -> None:
+    log = [_record(0, 0, 4, 10, 10), _record(1, 0, 4, 1_000, 1_000),
+           _record(2, 20, 7, 100, 1_000), _record(3, 30, 1, 5_000, 5_000)]
+    sim = _sim(log, _tree(1, 2, 4), lpj_gpus=8, policy="arnold", predictor="requested",
+               lpj_head_shadow="limits", lpj_head_shadow_nodes=keeps)
+    sim.run()
+    x, a, big, late = sim.jobs
+    assert sorted(x.node_ids) == [0, 1, 2, 3] and sorted(a.node_ids) == [4, 5, 6, 7]
+    assert big.start == 1_000 and late.start == late_start
+
+
 def test_an_unknown_jump_cost_is_refused() -> None:
     with pytest.raises(InfeasibleError, match="lpj_jumps_pay 'free'; use off, limits"):
         _sim([_record(0, 0, 1, 10, 10)], _tree(1, 1, 2), policy="arnold", lpj_jumps_pay="free")
     with pytest.raises(InfeasibleError, match="lpj_head_shadow 'on'; use off, limits"):
         _sim([_record(0, 0, 1, 10, 10)], _tree(1, 1, 2), policy="arnold", lpj_head_shadow="on")
+    with pytest.raises(InfeasibleError, match="lpj_head_shadow_nodes 'idle'; use busy-first"):
+        _sim([_record(0, 0, 1, 10, 10)], _tree(1, 1, 2), policy="arnold",
+             lpj_head_shadow_nodes="idle")
 
 
 def _check_conservation(sim: Simulation, result: dict[str, object]) -> None:
@@ -567,6 +591,8 @@ def test_sim_set_reaches_the_replay_and_refuses_what_it_cannot_read(
     assert (s.lpj_jumps_pay, s.plans_past_reservations, s.lpj_starved_h, s.idle_share,
             s.plan_ahead, s.max_reservations) == ("expected", True, math.inf, 0.5, 3, 4)
     for setting, problem in [("lpj_jumps_pay=free", "use off, limits, predictions, expected"),
+                             ("lpj_head_shadow=on", "use off, limits, predictions"),
+                             ("lpj_head_shadow_nodes=idle", "use busy-first, tree-fit"),
                              ("plans_past_reservations=maybe", "takes true or false"),
                              ("plan_ahead=2.5", "takes an integer"),
                              ("idle_share=nan", "0 or more"), ("idle_share=-1", "0 or more"),
