@@ -142,8 +142,9 @@ class SimSettings:
     #: "busy-first" keeps busy ones and leaves idle ones open to the LPJs behind;
     #: "tree-fit" keeps the ones Slurm's tree fit would choose, as the head's backfill plan
     #: does. With ``lpj_head_shadow=limits``, busy-first meets every rule on both held-out
-    #: slices and misses utilisation on Curie's first 10,000 jobs; tree-fit the other way
-    #: round, LPJ wait on Curie's held-out jobs (`arnold bench sim --variants`; docs/sim.md).
+    #: slices and misses utilisation on Curie's first 10,000 jobs; tree-fit mends that slice
+    #: but misses LPJ wait on Curie's held-out jobs and waits on SDSC-SP2 and KTH
+    #: (`arnold bench sim --variants`, with and without ``--held-out``; docs/sim.md).
     lpj_head_shadow_nodes: str = "busy-first"
     replan_gain_s: float = 600.0
     #: Also replan a reservation whose own expected start slipped (``_replan_reservations``).
