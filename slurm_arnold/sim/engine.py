@@ -188,16 +188,10 @@ class Simulation:
                  progress: Callable[[int], None] | None = None) -> None:
         if settings.policy not in ("slurm", "arnold"):
             raise InfeasibleError(f"unknown policy {settings.policy!r}; use slurm or arnold")
-        if settings.lpj_jumps_pay not in LPJ_JUMP_COSTS:
-            raise InfeasibleError(f"unknown lpj_jumps_pay {settings.lpj_jumps_pay!r}; use "
-                                  + ", ".join(LPJ_JUMP_COSTS))
-        if settings.lpj_head_shadow not in LPJ_HEAD_SHADOWS:
-            raise InfeasibleError(f"unknown lpj_head_shadow {settings.lpj_head_shadow!r}; use "
-                                  + ", ".join(LPJ_HEAD_SHADOWS))
-        if settings.lpj_head_shadow_nodes not in LPJ_SHADOW_NODES:
-            raise InfeasibleError(f"unknown lpj_head_shadow_nodes "
-                                  f"{settings.lpj_head_shadow_nodes!r}; use "
-                                  + ", ".join(LPJ_SHADOW_NODES))
+        for key, choices in CHOICES.items():
+            value = getattr(settings, key)
+            if value not in choices:
+                raise InfeasibleError(f"unknown {key} {value!r}; use " + ", ".join(choices))
         self.c = cluster
         self.w = workload
         self.s = settings
@@ -782,7 +776,7 @@ OWN_OPTIONS = {"policy": "--policy", "predictor": "--predictor", "mode": "--mode
                "placement": "--placement", "depth": "--depth",
                "max_reservations": "--max-reservations", "spread_weight_h": "--spread-weight-h",
                "reserve_horizon_h": "--horizon-h", "keep_domains_whole": "--keep-domains-whole"}
-#: The text settings' choices (Simulation refuses others too).
+#: The text settings' choices: `arnold sim --set` and Simulation refuse others.
 CHOICES = {"lpj_jumps_pay": LPJ_JUMP_COSTS, "lpj_head_shadow": LPJ_HEAD_SHADOWS,
            "lpj_head_shadow_nodes": LPJ_SHADOW_NODES}
 #: Settings that are a share, and whether 0 and 1 themselves are allowed (alpha: the DP
