@@ -712,6 +712,40 @@ def test_models_retrain_only_when_enough_new_jobs_ended() -> None:
     assert 0 < RETRAIN_SHARE < 1
 
 
+def test_before_its_first_fit_the_upper_model_predicts_the_limit_and_the_point_model_last2(
+) -> None:
+    from slurm_arnold.sim.predictors import OnlinePredictor
+
+    records = _jobs(600, seed=11)
+    for name in ("model_q", "model"):
+        workload = build_workload(records, gpus_per_node=8, gpus_per_proc=8,
+                                  cluster_gpus=10**6, lpj_gpus=10**6)
+        pred = OnlinePredictor(name)
+        before: list[tuple[float, float, float | None]] = []
+        after: list[tuple[float, float]] = []
+        for i, job in enumerate(workload.jobs):
+            pred.observe_submit(job, user_active=0, active=0, running=0)
+            last2 = (pred.histories[job.user].last2_seconds()
+                     if job.user in pred.histories else None)
+            guess = pred.predict(job)
+            if pred.booster is None:
+                before.append((guess, job.limit, last2))
+            else:
+                after.append((guess, job.limit))
+            job.start, job.end = i * 600.0, i * 600.0 + job.runtime
+            pred.observe_end(job)
+            pred.maybe_retrain(i * 600.0)
+        assert len(before) >= 200 and len(after) >= 200, name
+        if name == "model_q":
+            assert all(guess == limit for guess, limit, _ in before)
+        else:
+            known = [(g, lim, l2) for g, lim, l2 in before if l2 is not None]
+            assert known and all(g == min(lim, max(1.0, l2)) for g, lim, l2 in known)
+            assert any(g < lim for g, lim, _ in known)
+        # Once fitted, both predict below the limit for some jobs (the model is in use).
+        assert any(guess < limit for guess, limit in after), name
+
+
 def test_model_q_calibrates_from_jobs_scored_out_of_sample() -> None:
     pred, counts = _fed_predictor("model_q", 1500, 50)
     calib = pred.calibrator  # type: ignore[attr-defined]
