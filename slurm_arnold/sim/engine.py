@@ -135,7 +135,9 @@ class SimSettings:
     #: reservation. "off": no such rule. Off: "limits" is the first setting to meet every rule
     #: on both held-out slices, but misses utilisation on Curie's first 10,000 jobs (-0.012);
     #: "predictions" misses on Curie's held-out and first jobs (`arnold bench sim
-    #: --variants`, with and without ``--held-out``; docs/sim.md).
+    #: --variants`, with and without ``--held-out``; docs/sim.md). Since ``model_q`` predicts
+    #: the limit before its first fit, "limits" meets every rule on Curie's first jobs but
+    #: misses both waits by far on its held-out jobs (docs/sim.md, session 36).
     lpj_head_shadow: str = "off"
     #: Which of the nodes that drain by the head's shadow it keeps, where more than it needs
     #: drain by then (ties: a job's or a reservation's nodes all drain at once):
