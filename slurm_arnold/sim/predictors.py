@@ -187,8 +187,8 @@ class OnlinePredictor:
         if self.name == "requested" or (self.name == "model_q" and self.booster is None):
             # Before its first fit the upper predictor has nothing calibrated to offer; only
             # the limit keeps its promise (the live side gates on limits without a model:
-            # reservations/live.py). last2 there covered 58% of the 1,881 jobs that started
-            # before Curie's held-out replay first trained (docs/sim.md).
+            # reservations/live.py); last2, a point guess, covers about half the jobs
+            # (`arnold bench predictor`, docs/benchmarks.md).
             return job.limit
         if self.name == "oracle":
             return job.runtime
