@@ -239,6 +239,7 @@ def side_by_side_markdown(result: dict[str, list[dict[str, Any]]], command: str,
 #: settings of ``SimSettings`` (see docs/sim.md for what each one does).
 VARIANTS: dict[str, dict[str, Any]] = {
     "horizon only": {"pay_for_itself": False},
+    "LPJs pass a blocked LPJ past its first plan": {"lpj_starved_past_plan": False},
     "pay for itself, idle 100%": {"idle_share": 1.0},
     "LPJ keeps its place": {"lpj_keeps_place": True},
     "starvation bound, a day": {"lpj_starved_h": 24.0},

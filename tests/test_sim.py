@@ -171,6 +171,28 @@ def test_with_a_starvation_bound_an_lpj_keeps_its_place_against_the_lpjs_behind_
     assert unbounded.jobs[3].start == 90_010 and unbounded.jobs[1].start == 340_010
 
 
+def test_an_lpj_past_its_first_planned_start_keeps_its_place_against_the_lpjs_behind_it(
+        ) -> None:
+    # 8 nodes; J0 holds 2 of them until 200,000 s. B (all 8 nodes) is not imminent, so it
+    # waits unreserved; its first plan (by limits, Slurm's promise) starts at 200,000. L1 (3
+    # nodes) comes before that and may pass it: B is pushed to 250,020. L2 comes at 200,010,
+    # when B is past its first plan: L2 may not take B's planned nodes and runs after B.
+    # Without the rule it pushes B to L2's end.
+    log = [_record(0, 0, 2, 200_000, 200_000), _record(1, 10, 8, 100, 1_000),
+           _record(2, 20, 3, 250_000, 250_000), _record(3, 200_010, 3, 250_000, 250_000)]
+    sim = _sim(log, _tree(1, 2, 4), lpj_gpus=24, policy="arnold", predictor="requested")
+    sim.run()
+    b, l1, l2 = sim.jobs[1], sim.jobs[2], sim.jobs[3]
+    assert b.lpj and l1.lpj and l2.lpj
+    assert b.first_plan == 200_000
+    assert l1.start == 20
+    assert b.start == 250_020 and l2.start == 250_120
+    unbounded = _sim(log, _tree(1, 2, 4), lpj_gpus=24, policy="arnold", predictor="requested",
+                     lpj_starved_past_plan=False)
+    unbounded.run()
+    assert unbounded.jobs[3].start == 200_010 and unbounded.jobs[1].start == 450_010
+
+
 def test_plans_past_reservations_give_a_job_behind_a_reservation_a_plan_to_protect() -> None:
     # 8 nodes in two leaves. A (4 nodes, to 1,000), B (2, to 3,000), C (2, to 500). R (LPJ,
     # 4 nodes) is reserved on A's leaf at 10, to start at 1,000. Big (LPJ, 7 nodes) comes at

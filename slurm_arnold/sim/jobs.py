@@ -34,6 +34,7 @@ class SimJob:
     admitted_to: int | None = None  # the reservation it was admitted into
     weighted_spread: float | None = None
     predicted: float | None = None  # the predictor's run time when the job started
+    first_plan: float | None = None  # an LPJ's start in the first backfill plan made for it
 
     @property
     def user(self) -> str:
