@@ -165,7 +165,7 @@ def test_with_a_starvation_bound_an_lpj_keeps_its_place_against_the_lpjs_behind_
     assert b.lpj and l1.lpj and l2.lpj
     assert l1.start == 20
     assert b.start == 250_020 and l2.start == 250_120
-    # Off (the default), L2 passes B too.
+    # Without the day's bound L2 passes B too (B's first plan, 200,000, is still ahead).
     unbounded = _sim(log, _tree(1, 2, 4), lpj_gpus=24, policy="arnold", predictor="requested")
     unbounded.run()
     assert unbounded.jobs[3].start == 90_010 and unbounded.jobs[1].start == 340_010
