@@ -284,8 +284,8 @@ class Plan:
 def plan_nodes(snap: Snapshot, predictor: LivePredictor, shape: JobShape, *,
                horizon_s: float, own: str | None = None, spread_weight_h: float = 1.0,
                alpha: float = 0.5, time_limit: float | None = None,
-               slurm_start: float | None = None,
-               idle_share: float = 1.0) -> ReservationChoice | None:
+               slurm_start: float | None = None, idle_share: float = 1.0,
+               reserving_for: JobInfo | None = None) -> ReservationChoice | None:
     """The policy's nodes for an LPJ of ``shape``; ``None`` when it is not imminent or (given
     ``slurm_start``) no pool pays for itself.
 
@@ -293,19 +293,30 @@ def plan_nodes(snap: Snapshot, predictor: LivePredictor, shape: JobShape, *,
     job. When too few are left, among every node outside an admin's reservations, a taken one
     draining when what holds it is expected to end: our reservation's LPJ (its expected start
     plus its limit), a pending job that named it (its nodes' drain plus its limit).
+
+    ``reserving_for``: the plan is for a reservation made now for that pending job, which
+    holds its nodes from now on. Then no other reservation's nodes are eligible (Slurm refuses
+    overlapping ones), nor the nodes named by a pending job ahead of it in the queue
+    (:func:`queue_order`): a reservation on them would keep that job off them until the LPJ
+    has run, letting the LPJ pass it. Nodes named only by jobs behind it are eligible as they
+    drain, as Slurm's own priority would have it. :class:`InfeasibleError` when too few are
+    left: it waits unreserved, and a later ``sync`` tries again.
     """
     names = snap.usable()
     reserved = snap.reserved(but=own)
     drain = snap.drain(predictor)
-    spoken: dict[str, float] = {}
-    for job in snap.jobs.values():
-        if job.state == "PENDING" and job.required_nodes and reservation_name(job.job_id) != own:
-            start = max([snap.now, *(drain.get(n, snap.now) for n in job.required_nodes)])
-            end = start + (job.time_limit_min * 60 if job.time_limit_min else math.inf)
-            for n in job.required_nodes:
-                spoken[n] = max(spoken.get(n, snap.now), end)
+    spoken = named_nodes(snap, drain, naming_jobs(snap, own=own))
     eligible = np.array([n not in reserved and n not in spoken for n in names], dtype=bool)
-    if int(eligible.sum()) < shape.nodes:
+    if int(eligible.sum()) < shape.nodes and reserving_for is not None:
+        ahead = named_nodes(snap, drain,
+                            naming_jobs(snap, own=own, ahead_of=reserving_for))
+        eligible = np.array([n not in reserved and n not in ahead for n in names], dtype=bool)
+        if int(eligible.sum()) < shape.nodes:
+            raise InfeasibleError(
+                f"job {reserving_for.job_id} needs {shape.nodes} nodes; only "
+                f"{int(eligible.sum())} are outside other reservations and the nodes jobs "
+                "ahead of it in the queue asked for by name; not reserved until they start")
+    elif int(eligible.sum()) < shape.nodes:
         after = snap.after_our_lpjs(predictor)
         for n, end in [*after.items(), *spoken.items()]:
             drain[n] = max(drain.get(n, snap.now), end)
@@ -318,6 +329,41 @@ def plan_nodes(snap: Snapshot, predictor: LivePredictor, shape: JobShape, *,
         eligible, snap.now, shape, alpha=alpha, time_limit=time_limit,
         spread_weight_h=spread_weight_h, horizon_s=horizon_s, slurm_start=slurm_start,
         idle_share=idle_share)
+
+
+def naming_jobs(snap: Snapshot, *, own: str | None = None,
+                ahead_of: JobInfo | None = None) -> list[JobInfo]:
+    """Pending jobs that asked for nodes by name (``-w``), in queue order; never the job whose
+    reservation is ``own``. Given ``ahead_of``, only those ahead of it in the queue that wait
+    for nodes alone (a held job, or one waiting on a dependency, keeps no nodes from it)."""
+    out = []
+    for job in snap.jobs.values():
+        if job.state != "PENDING" or not job.required_nodes \
+                or reservation_name(job.job_id) == own:
+            continue
+        if ahead_of is not None and (queue_order(job) >= queue_order(ahead_of) or job.held
+                                     or job.reason not in WAITING_FOR_NODES):
+            continue
+        out.append(job)
+    return sorted(out, key=queue_order)
+
+
+def named_nodes(snap: Snapshot, drain: dict[str, float],
+                jobs: Iterable[JobInfo]) -> dict[str, float]:
+    """The nodes ``jobs`` asked for by name, each with when the last of them is expected to
+    end there (its nodes' drain, ``drain``, plus its limit)."""
+    out: dict[str, float] = {}
+    for job in jobs:
+        start = max([snap.now, *(drain.get(n, snap.now) for n in job.required_nodes)])
+        end = start + (job.time_limit_min * 60 if job.time_limit_min else math.inf)
+        for n in job.required_nodes:
+            out[n] = max(out.get(n, snap.now), end)
+    return out
+
+
+def queue_order(job: JobInfo) -> tuple[int, int, int]:
+    """Where ``job`` stands in Slurm's queue: higher priority first, then earlier submits."""
+    return (-job.priority, job.submit_time or 0, job.job_id)
 
 
 class Reserver:
@@ -382,6 +428,14 @@ class Reserver:
                     f"job {job_id} asks for nodes {sorted(clash)[0]}... that another "
                     "reservation holds; it waits as an ordinary job (or resubmit it)")
             drain = snap.drain(predictor)
+            for first in naming_jobs(snap, own=own, ahead_of=job):
+                taken = sorted(set(first.required_nodes) & set(job.required_nodes))
+                if taken:
+                    # Reserved from now, they would wait for this job: it would pass that one.
+                    raise InfeasibleError(
+                        f"job {job_id} asks for {_hostlist(taken)}, which job {first.job_id}, "
+                        "ahead of it in the queue, waits for by name; not reserved until that "
+                        "job starts")
             start = max([snap.now, *(drain.get(n, snap.now) for n in job.required_nodes)])
             shape = lpj_shape(len(job.required_nodes), snap.gpus_per_node)
             # The best layout on exactly those nodes (what arnold-sbatch found for them).
@@ -398,11 +452,13 @@ class Reserver:
         shape = lpj_shape(nodes_needed, snap.gpus_per_node)
         choice = plan_nodes(snap, predictor, shape, horizon_s=math.inf, own=own,
                             spread_weight_h=self.settings.spread_weight_h,
-                            slurm_start=slurm_start, idle_share=self.settings.idle_share)
+                            slurm_start=slurm_start, idle_share=self.settings.idle_share,
+                            reserving_for=job)
         pays = choice is not None
         if choice is None:  # no pool pays: where it would go all the same (a forced create)
             choice = plan_nodes(snap, predictor, shape, horizon_s=math.inf, own=own,
-                                spread_weight_h=self.settings.spread_weight_h)
+                                spread_weight_h=self.settings.spread_weight_h,
+                                reserving_for=job)
         assert choice is not None  # an infinite horizon always leaves a pool
         saved_h = None if slurm_start is None else \
             shape.nodes * (slurm_start - choice.expected_start) / 3600
@@ -730,7 +786,7 @@ class Reserver:
 
 
 def _by_priority(jobs: Iterable[JobInfo]) -> list[JobInfo]:
-    return sorted(jobs, key=lambda j: (-j.priority, j.submit_time or 0, j.job_id))
+    return sorted(jobs, key=queue_order)
 
 
 def _hostlist(nodes: Sequence[str]) -> str:

@@ -348,3 +348,42 @@ def test_a_reservation_that_would_not_beat_slurms_own_start_is_not_made(
     # The same LPJ with the rule off (the env fixture's): reserved.
     assert f"created arnold_{lpj} on 56 nodes for job {lpj}" in json.loads(
         arnold(env, "reserve", "sync", "--json").stdout)
+
+
+def test_a_reservation_keeps_off_the_nodes_a_job_ahead_of_its_lpj_waits_for(
+        slurm: Slurm, env: dict[str, str]) -> None:
+    # 48 nodes busy; job A, ahead in the queue, waits for exactly those 48 by name (-w). The
+    # LPJ behind it needs 24 nodes, so at least 8 of A's. A reservation made now on them would
+    # keep A off them once they drain, and the LPJ would run first: it is not made until A
+    # has started, and then it is.
+    blockers = fill(48, limit_min=5, seconds=290)
+    ahead = sbatch("-N48", "--gres=gpu:1", "--time=3", "-w", "n[001-048]", "--wrap",
+                   "sleep 120")
+    lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=3", "--wrap", "sleep 1")
+    wait_state(slurm, lpj, {"PENDING"})
+    plan = arnold(env, "reserve", "plan", str(lpj), check=False)
+    assert plan.returncode == 1 and "Traceback" not in plan.stderr
+    assert "ahead of it in the queue" in plan.stderr and "not reserved" in plan.stderr
+    assert json.loads(arnold(env, "reserve", "sync", "--json").stdout) == []
+    assert not ours(slurm)
+    for b in blockers:
+        slurm.cancel(b)
+    wait_state(slurm, ahead, {"RUNNING"})  # on its nodes, not shut out by a reservation
+    actions = json.loads(arnold(env, "reserve", "sync", "--json").stdout)
+    assert f"created arnold_{lpj} on 24 nodes for job {lpj}" in actions
+    assert len(set(ours(slurm)[f"arnold_{lpj}"].nodes) & set(hostlist_of("n[001-048]"))) >= 8
+
+
+def test_a_job_behind_the_lpj_keeps_no_nodes_from_its_reservation(
+        slurm: Slurm, env: dict[str, str]) -> None:
+    # The same queue with the two submitted the other way round: the LPJ is ahead, so a job
+    # behind it naming nodes does not keep them (Slurm's priority would not either).
+    fill(48, limit_min=5, seconds=290)
+    lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=3", "--wrap", "sleep 1")
+    behind = sbatch("-N48", "--gres=gpu:1", "--time=3", "-w", "n[001-048]", "--wrap",
+                    "sleep 1")
+    wait_state(slurm, behind, {"PENDING"})
+    actions = json.loads(arnold(env, "reserve", "sync", "--json").stdout)
+    assert f"created arnold_{lpj} on 24 nodes for job {lpj}" in actions
+    assert len(set(ours(slurm)[f"arnold_{lpj}"].nodes) & set(hostlist_of("n[001-048]"))) >= 8
+    assert {j.job_id: j for j in slurm.jobs()}[behind].state == "PENDING"

@@ -238,6 +238,8 @@ def after_submit(config: SiteConfig, slurm: Slurm, job_id: int, *, queued: bool,
                 reserver.admit(snap, predictor, job, "submit")
         for line in reserver.actions:
             log.info("%s", line)
+    except InfeasibleError as exc:  # not yet (not imminent, not paying, nodes spoken for)
+        log.info("job %d: %s; `arnold reserve sync` tries again", job_id, exc)
     except ArnoldError as exc:
         log.warning("job %d: %s; `arnold reserve sync` tries again", job_id, exc)
 
