@@ -186,7 +186,7 @@ class Binder:
                            "; its planned nodes were still busy"), placement, snap.now)
         if not lost:
             return self._replan(snap, predictor, job, spec, usable - (named - current))
-        return self._repair(snap, predictor, job, spec, usable - others, lost)
+        return self._repair(snap, predictor, job, spec, usable - others, lost, usable)
 
     def _replan(self, snap: Snapshot, predictor: LivePredictor, job: JobInfo, spec: JobSpec,
                 pool: set[str]) -> Move | None:
@@ -211,7 +211,8 @@ class Binder:
         weight = self.config.reservation.spread_weight_h
         choice = plan_nodes(snap, predictor, spec.shape, horizon_s=math.inf, own=own,
                             spread_weight_h=weight, alpha=spec.alpha,
-                            time_limit=self.time_limit)
+                            time_limit=self.time_limit, allowed=pool,
+                            reserving_for=job if own in snap.reservations else None)
         if choice is None or not set(choice.nodes) <= pool:
             return None
         topo = snap.view.topology
@@ -225,7 +226,10 @@ class Binder:
                     choice.placement, choice.expected_start)
 
     def _repair(self, snap: Snapshot, predictor: LivePredictor, job: JobInfo, spec: JobSpec,
-                pool: set[str], lost: list[str]) -> Move:
+                pool: set[str], lost: list[str], usable: set[str]) -> Move:
+        """Replace the job's ``lost`` nodes: by the spares in ``pool`` (idle, named by no
+        other job) nearest to them, or by a fresh plan among the nodes it may use at all
+        (``usable``), busy ones by when they drain; the cheaper of the two."""
         from reservations.live import plan_nodes, reservation_name
 
         drain = snap.drain(predictor)
@@ -246,10 +250,17 @@ class Binder:
             except InfeasibleError as exc:
                 log.info("job %d: the nearest spares do not fit its shape (%s)", job.job_id,
                          exc)
-        choice = plan_nodes(snap, predictor, spec.shape, horizon_s=math.inf,
-                            own=reservation_name(job.job_id), spread_weight_h=weight,
-                            alpha=spec.alpha, time_limit=self.time_limit)
-        if choice is not None and not set(choice.nodes) & set(lost):
+        own = reservation_name(job.job_id)
+        try:
+            # A reservation moved with the job holds its new nodes from now on.
+            choice = plan_nodes(snap, predictor, spec.shape, horizon_s=math.inf, own=own,
+                                spread_weight_h=weight, alpha=spec.alpha,
+                                time_limit=self.time_limit, allowed=usable,
+                                reserving_for=job if own in snap.reservations else None)
+        except InfeasibleError as exc:
+            log.info("job %d: no fresh plan within the nodes it may use (%s)", job.job_id, exc)
+            choice = None
+        if choice is not None and set(choice.nodes) <= usable:  # so none of the lost ones
             options.append((_cost(choice.expected_start, snap.now, choice.placement, weight),
                             Move("repair", f"{_hl(lost)} unusable: planned afresh",
                                  choice.placement, choice.expected_start)))

@@ -34,7 +34,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -177,10 +177,11 @@ class Snapshot:
     busy: dict[str, set[int]] = field(default_factory=dict)  # node -> running jobs on it
 
     @classmethod
-    def read(cls, slurm: Slurm, config: SiteConfig) -> Snapshot:
-        """Read the cluster now."""
+    def read(cls, slurm: Slurm, config: SiteConfig, partition: str | None = None) -> Snapshot:
+        """Read the cluster now (``partition``: the one its usable nodes are of, default the
+        site's)."""
         view = live_cluster(slurm, minipod_level=config.minipod_level,
-                            partition=config.partition)
+                            partition=partition or config.partition)
         jobs = {j.job_id: j for j in slurm.jobs()}
         busy: dict[str, set[int]] = {}
         for j in jobs.values():
@@ -199,6 +200,23 @@ class Snapshot:
                 and not self.view.nodes[n].flags & OUT_OF_SERVICE
                 and self.view.nodes[n].state not in ("DOWN", "FUTURE", "UNKNOWN")
                 and (part is None or part in self.view.nodes[n].partitions)]
+
+    def allowed(self, job: JobInfo) -> set[str]:
+        """Nodes in service that ``job`` may run on at all: in its partition (any of them,
+        for a job submitted to several), outside its ``-x``, matching its ``-C``.
+        :class:`InfeasibleError` for a constraint richer than ``a``, ``a&b``, ``a|b``."""
+        from slurm_arnold.submit.flow import narrow_free
+
+        partitions: list[str | None] = [p for p in job.partition.split(",") if p] or [None]
+        usable = {n for p in partitions for n in self.usable(p)}
+        narrowing = {"exclude": _hostlist(job.excluded_nodes)} if job.excluded_nodes else {}
+        if job.features:
+            narrowing["constraint"] = job.features
+        try:
+            return narrow_free(ClusterView(self.view.topology, self.view.nodes, usable,
+                                           self.view.partition), narrowing, set())
+        except ArnoldError as exc:
+            raise InfeasibleError(f"job {job.job_id}: {exc}; not reserved") from None
 
     def reserved(self, but: str | None = None) -> set[str]:
         """Nodes in any reservation (ours or an admin's), except ``but``."""
@@ -285,7 +303,8 @@ def plan_nodes(snap: Snapshot, predictor: LivePredictor, shape: JobShape, *,
                horizon_s: float, own: str | None = None, spread_weight_h: float = 1.0,
                alpha: float = 0.5, time_limit: float | None = None,
                slurm_start: float | None = None, idle_share: float = 1.0,
-               reserving_for: JobInfo | None = None) -> ReservationChoice | None:
+               reserving_for: JobInfo | None = None,
+               allowed: Collection[str] | None = None) -> ReservationChoice | None:
     """The policy's nodes for an LPJ of ``shape``; ``None`` when it is not imminent or (given
     ``slurm_start``) no pool pays for itself.
 
@@ -301,8 +320,11 @@ def plan_nodes(snap: Snapshot, predictor: LivePredictor, shape: JobShape, *,
     has run, letting the LPJ pass it. Nodes named only by jobs behind it are eligible as they
     drain, as Slurm's own priority would have it. :class:`InfeasibleError` when too few are
     left: it waits unreserved, and a later ``sync`` tries again.
+
+    ``allowed``: the only nodes the job may run on at all (its partition, ``-x``, ``-w``,
+    ``-C``, the reservations its user may use); default every usable one.
     """
-    names = snap.usable()
+    names = [n for n in snap.usable() if allowed is None or n in allowed]
     reserved = snap.reserved(but=own)
     drain = snap.drain(predictor)
     spoken = named_nodes(snap, drain, naming_jobs(snap, own=own))
@@ -323,7 +345,8 @@ def plan_nodes(snap: Snapshot, predictor: LivePredictor, shape: JobShape, *,
         eligible = np.array([n not in reserved or n in after for n in names], dtype=bool)
         if int(eligible.sum()) < shape.nodes:
             raise InfeasibleError(f"the job needs {shape.nodes} nodes; only "
-                                  f"{int(eligible.sum())} are in no admin's reservation")
+                                  f"{int(eligible.sum())} of those it may use are in no admin's "
+                                  "reservation")
     return choose_reservation(
         snap.view.topology, names, np.array([drain.get(n, snap.now) for n in names]),
         eligible, snap.now, shape, alpha=alpha, time_limit=time_limit,
@@ -450,15 +473,20 @@ class Reserver:
                         slurm_start, idle_h, saved_h,
                         saved_h is None or saved_h >= self.settings.idle_share * idle_h)
         shape = lpj_shape(nodes_needed, snap.gpus_per_node)
+        allowed = snap.allowed(job)
+        if len(allowed) < shape.nodes:
+            raise InfeasibleError(
+                f"job {job_id} needs {shape.nodes} nodes; only {len(allowed)} in service are "
+                "in its partition and match its -x/-C; not reserved")
         choice = plan_nodes(snap, predictor, shape, horizon_s=math.inf, own=own,
                             spread_weight_h=self.settings.spread_weight_h,
                             slurm_start=slurm_start, idle_share=self.settings.idle_share,
-                            reserving_for=job)
+                            reserving_for=job, allowed=allowed)
         pays = choice is not None
         if choice is None:  # no pool pays: where it would go all the same (a forced create)
             choice = plan_nodes(snap, predictor, shape, horizon_s=math.inf, own=own,
                                 spread_weight_h=self.settings.spread_weight_h,
-                                reserving_for=job)
+                                reserving_for=job, allowed=allowed)
         assert choice is not None  # an infinite horizon always leaves a pool
         saved_h = None if slurm_start is None else \
             shape.nodes * (slurm_start - choice.expected_start) / 3600

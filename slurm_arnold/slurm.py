@@ -88,6 +88,10 @@ class JobInfo:
     required_nodes: tuple[str, ...] = ()  # -w / ReqNodeList
     reason: str = ""  # why it pends (Resources, Priority, JobHeldAdmin, ...)
     priority: int = 0
+    #: -x / ExcNodeList and -C / Features: from ``squeue --json`` only (22.05's ``--Format``
+    #: has no field for excluded nodes), so empty in ``jobs(unfinished=True)``.
+    excluded_nodes: tuple[str, ...] = ()
+    features: str = ""
 
     @property
     def held(self) -> bool:
@@ -282,6 +286,7 @@ def _jobs_from_json(doc: Mapping[str, Any]) -> list[JobInfo]:
     for j in doc["jobs"]:
         nodes = j.get("nodes") or ""
         required = j.get("required_nodes") or ""
+        excluded = j.get("excluded_nodes") or ""
         out.append(JobInfo(
             job_id=int(j["job_id"]),
             name=j.get("name") or "",
@@ -300,6 +305,8 @@ def _jobs_from_json(doc: Mapping[str, Any]) -> list[JobInfo]:
             required_nodes=tuple(hostlist.expand_hostlist(required)) if required else (),
             reason=str(j.get("state_reason") or ""),
             priority=_number(j.get("priority")) or 0,
+            excluded_nodes=tuple(hostlist.expand_hostlist(excluded)) if excluded else (),
+            features=str(j.get("features") or ""),
         ))
     return out
 

@@ -262,6 +262,32 @@ def test_a_waiting_large_job_whose_nodes_now_drain_later_is_planned_afresh(
     _check_ranks(site, lpj, ran)  # the admin side's rank file for the new nodes
 
 
+def test_a_queued_job_is_planned_and_repaired_only_on_nodes_its_options_allow(
+        slurm: Slurm, site: SiteConfig) -> None:
+    # By their limits n[001-032] drain first, but the job excludes them (-x): its plan, and
+    # the repair after one of its planned nodes is drained, stay on the others.
+    first = _block("n[001-032]", 300, 3)
+    rest = _block("n[033-064]", 300, 10)
+    _wait_running(slurm, [first, rest])
+    proc = _submit("-N", "16", "--tp", "8", "--pp", "2", "-x", "n[001-032]")
+    assert proc.returncode == 0, proc.stderr
+    job_id = int(proc.stdout)
+    excluded = set(_expand("n[001-032]"))
+    planned = set(_job(slurm, job_id).required_nodes)
+    assert len(planned) == 16 and not planned & excluded
+    victim = sorted(planned)[0]
+    subprocess.run(["scontrol", "update", f"NodeName={victim}", "State=DRAIN",
+                    "Reason=arnold-test maintenance"], check=True, capture_output=True)
+    actions = _sync()
+    assert any(a.startswith(f"repaired job {job_id} on ") for a in actions), actions
+    repaired = set(_job(slurm, job_id).required_nodes)
+    assert len(repaired) == 16 and victim not in repaired and not repaired & excluded
+    # A job that can fit nowhere its options allow is refused with one line.
+    proc = _submit("-N", "40", "--tp", "8", "--pp", "5", "-x", "n[001-032]")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "only 31 of partition" in proc.stderr and "-x/-w/-C" in proc.stderr, proc.stderr
+
+
 def test_bench_queue_quick(slurm: Slurm, site: SiteConfig) -> None:
     proc = subprocess.run([str(Path(sys.executable).parent / "arnold"), "bench", "queue",
                            "--quick", "--json"], capture_output=True, text=True, timeout=600)

@@ -387,3 +387,18 @@ def test_a_job_behind_the_lpj_keeps_no_nodes_from_its_reservation(
     assert f"created arnold_{lpj} on 24 nodes for job {lpj}" in actions
     assert len(set(ours(slurm)[f"arnold_{lpj}"].nodes) & set(hostlist_of("n[001-048]"))) >= 8
     assert {j.job_id: j for j in slurm.jobs()}[behind].state == "PENDING"
+
+
+def test_a_reservation_stays_on_nodes_its_lpj_may_use(slurm: Slurm, env: dict[str, str]) -> None:
+    # A plain sbatch LPJ that excludes n[001-024] (-x): those drain as soon as any busy node
+    # and lie first in the tree, but its reservation must not hold them (the job could never
+    # start in it).
+    fill(48, limit_min=5, seconds=290)
+    lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=3", "-x", "n[001-024]",
+                 "--wrap", "sleep 1")
+    wait_state(slurm, lpj, {"PENDING"})
+    assert {j.job_id: j for j in slurm.jobs()}[lpj].excluded_nodes == tuple(
+        hostlist_of("n[001-024]"))
+    actions = json.loads(arnold(env, "reserve", "sync", "--json").stdout)
+    assert f"created arnold_{lpj} on 24 nodes for job {lpj}" in actions
+    assert not set(ours(slurm)[f"arnold_{lpj}"].nodes) & set(hostlist_of("n[001-024]"))

@@ -160,25 +160,33 @@ class NotFreeNow(InfeasibleError):
         self.parallelism = parallelism or Parallelism.of(job)
 
 
-def plan_queued(config: SiteConfig, slurm: Slurm, short: NotFreeNow) -> Placement:
+def plan_queued(config: SiteConfig, slurm: Slurm, short: NotFreeNow,
+                sbatch: Mapping[str, str]) -> Placement:
     """A job that cannot start now: the policy's nodes for it (those that drain soonest,
-    traded against spread), laid out for its own shape. It waits in Slurm's queue for them;
-    ``arnold reserve sync`` re-plans it when one of them fails or enough others free up
-    first, and reserves them when the job is large (at once when the submitter is an admin).
-    Only a job that can never run (more nodes than the partition has in service) is
-    refused."""
+    traded against spread), laid out for its own shape, among the nodes it may use at all
+    (its partition, ``-x``, ``-w``, ``-C``: ``sbatch``, its sbatch options). It waits in
+    Slurm's queue for them; ``arnold reserve sync`` re-plans it when one of them fails or
+    enough others free up first, and reserves them when the job is large (at once when the
+    submitter is an admin). Only a job that can never run (more nodes than it may use are in
+    service) is refused."""
     from reservations.live import LivePredictor, Snapshot, plan_nodes
 
-    snap = Snapshot.read(slurm, config)
-    usable = len(snap.usable())
-    if short.job.nodes > usable:
-        part = f"partition {snap.view.partition}" if snap.view.partition else "the cluster"
-        raise InfeasibleError(f"{short.job.nodes} nodes needed but {part} has only {usable} "
-                              f"in service; ask for at most {usable}")
+    snap = Snapshot.read(slurm, config, partition=sbatch.get("partition"))
+    usable = snap.usable()
+    part = f"partition {snap.view.partition}" if snap.view.partition else "the cluster"
+    if short.job.nodes > len(usable):
+        raise InfeasibleError(f"{short.job.nodes} nodes needed but {part} has only "
+                              f"{len(usable)} in service; ask for at most {len(usable)}")
+    allowed = narrow_free(ClusterView(snap.view.topology, snap.view.nodes, set(usable),
+                                      snap.view.partition), sbatch, set())
+    if short.job.nodes > len(allowed):
+        raise InfeasibleError(
+            f"{short.job.nodes} nodes needed but only {len(allowed)} of {part}'s nodes in "
+            "service match its -x/-w/-C; ask for fewer nodes or widen those options")
     predictor = LivePredictor(config, None, list(snap.jobs.values()))
     choice = plan_nodes(snap, predictor, short.job,
                         horizon_s=math.inf, alpha=short.alpha,
-                        spread_weight_h=config.reservation.spread_weight_h)
+                        spread_weight_h=config.reservation.spread_weight_h, allowed=allowed)
     assert choice is not None  # an infinite horizon always leaves a pool
     wait_min = max(0.0, choice.expected_start - snap.now) / 60
     log.info("%d nodes are not free now; queued for %s, expected to drain in %.0f min "
@@ -432,7 +440,7 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
                 log.info("%s; queued for Slurm to choose (--placement=slurm)", short)
                 return _run_sbatch(_plain_argv(request), request, out, None)
             par, algo, queued = short.parallelism, short.algo, True
-            placement = plan_queued(config, slurm, short)
+            placement = plan_queued(config, slurm, short, request.sbatch)
         job = placement.job
         segment = segment_args(placement, view.topology,
                                _int_option(request.sbatch.get("segment"), "--segment"))
