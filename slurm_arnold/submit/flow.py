@@ -177,8 +177,13 @@ def plan_queued(config: SiteConfig, slurm: Slurm, short: NotFreeNow,
     if short.job.nodes > len(usable):
         raise InfeasibleError(f"{short.job.nodes} nodes needed but {part} has only "
                               f"{len(usable)} in service; ask for at most {len(usable)}")
+    narrowing = dict(sbatch)
+    if len(hostlist.expand_hostlist(sbatch.get("nodelist", ""))) < short.job.nodes:
+        # A -w of fewer nodes than the job asks for names nodes it must include, not the
+        # only ones it may use; the plan does not keep to it (as before this check).
+        narrowing.pop("nodelist", None)
     allowed = narrow_free(ClusterView(snap.view.topology, snap.view.nodes, set(usable),
-                                      snap.view.partition), sbatch, set())
+                                      snap.view.partition), narrowing, set())
     if short.job.nodes > len(allowed):
         raise InfeasibleError(
             f"{short.job.nodes} nodes needed but only {len(allowed)} of {part}'s nodes in "
