@@ -589,15 +589,23 @@ class Reserver:
         """Decide for one pending short job; enact and record. The reservation it was admitted
         to, or ``None``."""
         point, upper = predictor.predict(job)
+        try:
+            allowed = snap.allowed(job)
+        except InfeasibleError as exc:
+            log.info("%s", exc)
+            return None
         for name, res in sorted(snap.reservations.items()):
             lpj = snap.jobs.get(lpj_of(name) or -1)
             if lpj is None or lpj.state != "PENDING" or res.state.upper() != "ACTIVE":
                 continue
             if self.config.partition and job.partition != lpj.partition:
                 continue
-            idle = [n for n in res.nodes if not snap.busy.get(n)]
+            # Only nodes it may run on (partition, -x, -C) and, when it names some (-w),
+            # those: bound to the reservation, a job that fits none of its idle nodes would
+            # sit there, its LPJ held, until the admission is revoked.
+            idle = [n for n in res.nodes if not snap.busy.get(n) and n in allowed]
             need = job.node_count or 1
-            if need > len(idle):
+            if need > len(idle) or not set(job.required_nodes) <= set(idle):
                 continue
             expected = self.expected_start(snap, predictor, res)
             ok = admits(snap.now, upper, expected)
@@ -622,7 +630,8 @@ class Reserver:
             if limit_min is not None:
                 fields["TimeLimit"] = str(limit_min)
             self.slurm.update_job(job.job_id, **fields)
-            for n in idle[:need]:
+            named = [n for n in idle if n in job.required_nodes]
+            for n in [*named, *(n for n in idle if n not in named)][:need]:
                 snap.busy.setdefault(n, set()).add(job.job_id)
             self.actions.append(f"admitted job {job.job_id} into {name} (predicted end "
                                 f"{upper / 60:.1f} min from now, LPJ expected in "

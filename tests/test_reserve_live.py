@@ -402,3 +402,30 @@ def test_a_reservation_stays_on_nodes_its_lpj_may_use(slurm: Slurm, env: dict[st
     actions = json.loads(arnold(env, "reserve", "sync", "--json").stdout)
     assert f"created arnold_{lpj} on 24 nodes for job {lpj}" in actions
     assert not set(ours(slurm)[f"arnold_{lpj}"].nodes) & set(hostlist_of("n[001-024]"))
+
+
+def test_a_short_job_is_admitted_only_where_its_options_let_it_run(
+        slurm: Slurm, env: dict[str, str]) -> None:
+    # The LPJ's reservation holds 16 idle nodes, n[049-064]. A 1-minute job that excludes
+    # them all (-x) could not start in it: not admitted (its LPJ is not held for it). One
+    # that excludes all but n[061-064] is, and runs there.
+    fill(48, limit_min=4, seconds=200)
+    lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=3", "-w", "n[041-064]",
+                 "--wrap", "sleep 1")
+    wait_state(slurm, lpj, {"PENDING"})
+    assert f"created arnold_{lpj} on 24 nodes for job {lpj}" in json.loads(
+        arnold(env, "reserve", "sync", "--json").stdout)
+    barred = sbatch("-N1", "--exclusive", "--gres=gpu:8", "--time=1", "-x", "n[049-064]",
+                    "--wrap", "sleep 3")
+    wait_state(slurm, barred, {"PENDING"})
+    actions = json.loads(arnold(env, "reserve", "sync", "--json").stdout)
+    assert not any("admitted" in a or "held" in a for a in actions), actions
+    assert (barred, "admit") not in admissions(env)
+    narrow = sbatch("-N1", "--exclusive", "--gres=gpu:8", "--time=1", "-x", "n[049-060]",
+                    "--wrap", "sleep 3")
+    wait_state(slurm, narrow, {"PENDING"})
+    actions = json.loads(arnold(env, "reserve", "sync", "--json").stdout)
+    assert any(a.startswith(f"admitted job {narrow} into arnold_{lpj}") for a in actions)
+    assert not any(a.startswith(f"admitted job {barred}") for a in actions)
+    assert wait_for_job(slurm, narrow, timeout=60) == "COMPLETED"
+    assert set(sacct_record(slurm, narrow).nodes) <= set(hostlist_of("n[061-064]"))
