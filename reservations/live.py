@@ -695,15 +695,24 @@ class Reserver:
             if lpj.state == "PENDING":
                 self._bind(snap, name, job_id)
                 starting = []
+                unbound: set[int] = set()
                 for j in snap.jobs.values():
                     if j.reservation != name or j.job_id == job_id or j.state != "PENDING":
                         continue
                     decided = self._admitted_at(j.job_id, name)
-                    if decided is not None and snap.now - decided > 50:
+                    if decided is None and j.user != lpj.user:
+                        # Bound by its user (--reservation), not admitted by us: a user once
+                        # admitted must not keep a way past the gate.
+                        self.slurm.update_job(j.job_id, ReservationName="")
+                        self.actions.append(f"unbound job {j.job_id} from {name}: not "
+                                            "admitted")
+                        unbound.add(j.job_id)
+                    elif decided is not None and snap.now - decided > 50:
                         # An admission that did not start in a whole period.
                         self.slurm.update_job(j.job_id, ReservationName="")
                         self.actions.append(f"revoked job {j.job_id}'s admission to {name}: "
                                             "it did not start")
+                        unbound.add(j.job_id)
                     else:
                         starting.append(j)
                 if row and row.get("lpj_held") and not starting:
@@ -713,6 +722,7 @@ class Reserver:
                     with self.state.transaction() as db:
                         db["reservations"].update(name, {"lpj_held": 0})  # type: ignore
                 res = snap.reservations[name]
+                self._prune_users(name, res, lpj, snap, unbound)
                 idle = self._idle_sample(snap, name, res.nodes)
                 with self.state.transaction() as db:
                     db["reservations"].update(name, {  # type: ignore[union-attr]
@@ -759,6 +769,20 @@ class Reserver:
                         and job.reason in WAITING_FOR_NODES):
                     self.admit(snap, predictor, job, "sync")
         return self.actions
+
+    def _prune_users(self, name: str, res: Reservation, lpj: JobInfo, snap: Snapshot,
+                     unbound: set[int]) -> None:
+        """Leave in the reservation only the LPJ's user and those with a job still in it
+        (admitted, pending or running): an admission lets one job in, not its user for good
+        (``sbatch --reservation`` would pass the gate)."""
+        keep = {lpj.user} | {j.user for j in snap.jobs.values() if j.reservation == name
+                             and j.state in ALIVE and j.job_id not in unbound}
+        gone = sorted(set(res.users) - keep)
+        if not gone:
+            return
+        self.slurm.update_reservation(name, Users=",".join(
+            [u for u in res.users if u in keep] or [lpj.user]))
+        self.actions.append(f"removed {', '.join(gone)} from {name}: no job of theirs in it")
 
     def _idle_sample(self, snap: Snapshot, name: str, nodes: Sequence[str]) -> dict[str, Any]:
         """The reservation's idle node-seconds so far: the nodes that ran nothing (no

@@ -48,7 +48,10 @@ def env(slurm: Slurm, tmp_path: Path) -> Iterator[dict[str, str]]:
 
 
 def _clean(slurm: Slurm) -> None:
-    subprocess.run(["scancel", "--full", "-u", "root"], check=False)
+    from benchmarks.multiuser import USERS
+
+    for user in ("root", *USERS):  # the test users' jobs too (scancel skips unknown users)
+        subprocess.run(["scancel", "--full", "-u", user], check=False, capture_output=True)
     deadline = time.monotonic() + 30
     while any(j.state in ("RUNNING", "PENDING", "COMPLETING") for j in slurm.jobs()):
         assert time.monotonic() < deadline, "the queue did not empty"
@@ -429,3 +432,51 @@ def test_a_short_job_is_admitted_only_where_its_options_let_it_run(
     assert not any(a.startswith(f"admitted job {barred}") for a in actions)
     assert wait_for_job(slurm, narrow, timeout=60) == "COMPLETED"
     assert set(sacct_record(slurm, narrow).nodes) <= set(hostlist_of("n[061-064]"))
+
+
+def _sbatch_as(user: str, *args: str) -> subprocess.CompletedProcess[str]:
+    from benchmarks.multiuser import as_user
+
+    return subprocess.run(as_user(user, ["sbatch", "--parsable", "-o", "/dev/null", *args]),
+                          capture_output=True, text=True, cwd="/")
+
+
+def test_an_admitted_user_leaves_the_reservation_with_the_job(
+        slurm: Slurm, env: dict[str, str], site: Any) -> None:
+    # Another user's 1-minute job is admitted into root's LPJ reservation (its user added to
+    # it); once the job is done the user is taken out again, so `sbatch --reservation` cannot
+    # pass the gate later; a job its user bound by hand meanwhile is unbound.
+    from benchmarks.multiuser import USERS
+
+    user = USERS[0]
+    fill(48, limit_min=4, seconds=200)
+    lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=3", "-w", "n[041-064]",
+                 "--wrap", "sleep 1")
+    wait_state(slurm, lpj, {"PENDING"})
+    name = f"arnold_{lpj}"
+    arnold(env, "reserve", "sync")
+    # Not yet in the reservation: Slurm refuses the user's own binding.
+    assert _sbatch_as(user, "--reservation", name, "-N1", "--time=1", "--wrap",
+                      "true").returncode != 0
+    short = int(_sbatch_as(user, "-N1", "--exclusive", "--gres=gpu:8", "--time=1",
+                           "--wrap", "sleep 20").stdout)
+    wait_state(slurm, short, {"PENDING"})
+    actions = json.loads(arnold(env, "reserve", "sync", "--json").stdout)
+    assert any(a.startswith(f"admitted job {short} into {name}") for a in actions), actions
+    assert user in ours(slurm)[name].users
+    wait_state(slurm, short, {"RUNNING"})
+    # In the reservation now, the user binds another job by hand: the next sync unbinds it
+    # (and keeps the user while the admitted job runs).
+    own = int(_sbatch_as(user, "--reservation", name, "--hold", "-N1", "--time=1",
+                         "--wrap", "true").stdout)
+    actions = json.loads(arnold(env, "reserve", "sync", "--json").stdout)
+    assert f"unbound job {own} from {name}: not admitted" in actions, actions
+    assert not {j.job_id: j for j in slurm.jobs()}[own].reservation
+    assert user in ours(slurm)[name].users
+    assert wait_for_job(slurm, short, timeout=60) == "COMPLETED"
+    actions = json.loads(arnold(env, "reserve", "sync", "--json").stdout)
+    assert f"removed {user} from {name}: no job of theirs in it" in actions, actions
+    assert ours(slurm)[name].users == ("root",)
+    assert _sbatch_as(user, "--reservation", name, "-N1", "--time=1", "--wrap",
+                      "true").returncode != 0
+    assert json.loads(arnold(env, "reserve", "sync", "--json").stdout) == []
