@@ -36,7 +36,7 @@ import os
 import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import hostlist
@@ -626,6 +626,8 @@ class Reserver:
                 self.actions.append(f"held LPJ {lpj.job_id} while job {job.job_id} starts")
             if job.user not in res.users:
                 self.slurm.update_reservation(name, Users=",".join([*res.users, job.user]))
+                # The next admission of this pass builds on this list, not the snapshot's.
+                snap.reservations[name] = replace(res, users=(*res.users, job.user))
             fields = {"ReservationName": name}
             if limit_min is not None:
                 fields["TimeLimit"] = str(limit_min)

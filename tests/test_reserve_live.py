@@ -480,3 +480,29 @@ def test_an_admitted_user_leaves_the_reservation_with_the_job(
     assert _sbatch_as(user, "--reservation", name, "-N1", "--time=1", "--wrap",
                       "true").returncode != 0
     assert json.loads(arnold(env, "reserve", "sync", "--json").stdout) == []
+
+
+def test_two_users_admitted_in_one_sync_both_stay_in_the_reservation(
+        slurm: Slurm, env: dict[str, str], site: Any) -> None:
+    # Two users' 1-minute jobs wait at once; one sync admits both into the LPJ's reservation.
+    # The second admission must not write the users list the first one found (dropping the
+    # first user, whose bound job could then not start).
+    from benchmarks.multiuser import USERS
+
+    first, second = USERS[:2]
+    fill(48, limit_min=4, seconds=200)
+    lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=3", "-w", "n[041-064]",
+                 "--wrap", "sleep 1")
+    wait_state(slurm, lpj, {"PENDING"})
+    name = f"arnold_{lpj}"
+    arnold(env, "reserve", "sync")
+    jobs = [int(_sbatch_as(user, "-N1", "--exclusive", "--gres=gpu:8", "--time=1", "--wrap",
+                           "sleep 20").stdout) for user in (first, second)]
+    for job in jobs:
+        wait_state(slurm, job, {"PENDING"})
+    actions = json.loads(arnold(env, "reserve", "sync", "--json").stdout)
+    for job in jobs:
+        assert any(a.startswith(f"admitted job {job} into {name}") for a in actions), actions
+    assert {first, second} <= set(ours(slurm)[name].users)
+    for job in jobs:
+        wait_state(slurm, job, {"RUNNING"}, timeout=30)
