@@ -369,11 +369,17 @@ def test_a_reservation_keeps_off_the_nodes_a_job_ahead_of_its_lpj_waits_for(
     assert "ahead of it in the queue" in plan.stderr and "not reserved" in plan.stderr
     assert json.loads(arnold(env, "reserve", "sync", "--json").stdout) == []
     assert not ours(slurm)
+    # Held while the blockers go: their nodes free one job at a time, and Slurm's backfill
+    # may run the short LPJ on the first 24 free ones before A has all 48 (seen in CI).
+    slurm.hold(lpj)
     for b in blockers:
         slurm.cancel(b)
     wait_state(slurm, ahead, {"RUNNING"})  # on its nodes, not shut out by a reservation
-    actions = json.loads(arnold(env, "reserve", "sync", "--json").stdout)
-    assert f"created arnold_{lpj} on 24 nodes for job {lpj}" in actions
+    slurm.release(lpj)
+    wait_state(slurm, lpj, {"PENDING"})
+    sync = arnold(env, "reserve", "sync", "--json")
+    actions = json.loads(sync.stdout)
+    assert f"created arnold_{lpj} on 24 nodes for job {lpj}" in actions, sync.stderr
     assert len(set(ours(slurm)[f"arnold_{lpj}"].nodes) & set(hostlist_of("n[001-048]"))) >= 8
 
 
