@@ -488,6 +488,14 @@ class Reserver:
                                 spread_weight_h=self.settings.spread_weight_h,
                                 reserving_for=job, allowed=allowed)
         assert choice is not None  # an infinite horizon always leaves a pool
+        left_out = sorted(set(job.required_nodes) - set(choice.nodes))
+        if left_out:
+            # Bound to a reservation without them, the job could never start.
+            raise InfeasibleError(
+                f"job {job_id} asks for {_hostlist(left_out)} by name (-w) among its "
+                f"{shape.nodes} nodes, but the best nodes to reserve for it leave "
+                f"{'it' if len(left_out) == 1 else 'them'} out; not reserved (it waits as an "
+                "ordinary job; name all of its nodes or none to be reserved)")
         saved_h = None if slurm_start is None else \
             shape.nodes * (slurm_start - choice.expected_start) / 3600
         return Plan(job, choice.nodes, choice.expected_start,

@@ -413,6 +413,31 @@ def test_a_reservation_stays_on_nodes_its_lpj_may_use(slurm: Slurm, env: dict[st
     assert not set(ours(slurm)[f"arnold_{lpj}"].nodes) & set(hostlist_of("n[001-024]"))
 
 
+def test_an_lpj_naming_some_of_its_nodes_is_not_reserved_without_them(
+        slurm: Slurm, env: dict[str, str]) -> None:
+    # A plain sbatch LPJ of 16 nodes that names one busy node (-w n041), busy for an hour by
+    # its limit while n[001-040] drain in 5 minutes and n[049-064] are idle: every pool the
+    # policy weighs (at most 3 x 16 nodes, the first to drain) leaves n041 out. Bound to a
+    # reservation without it, the job could never start; it is not reserved and waits as an
+    # ordinary job.
+    fill(40, limit_min=5, seconds=290)
+    late = sbatch("-N8", "--exclusive", "--gres=gpu:8", "--time=60", "-w", "n[041-048]",
+                  "--wrap", "sleep 290")
+    wait_state(slurm, late, {"RUNNING"})
+    lpj = sbatch("-N16", "--exclusive", "--gres=gpu:8", "--time=3", "-w", "n041", "--wrap",
+                 "sleep 1")
+    job = wait_state(slurm, lpj, {"PENDING"})
+    assert job.required_nodes == ("n041",)
+    plan = arnold(env, "reserve", "plan", str(lpj), check=False)
+    assert plan.returncode == 1 and "Traceback" not in plan.stderr, plan.stdout
+    assert "n041" in plan.stderr and "not reserved" in plan.stderr
+    assert len(plan.stderr.strip().splitlines()) == 1, plan.stderr
+    sync = arnold(env, "reserve", "sync", "--json")
+    assert json.loads(sync.stdout) == [], sync.stderr
+    assert not ours(slurm)
+    assert {j.job_id: j for j in slurm.jobs()}[lpj].reservation in ("", None)
+
+
 def test_a_short_job_is_admitted_only_where_its_options_let_it_run(
         slurm: Slurm, env: dict[str, str]) -> None:
     # The LPJ's reservation holds 16 idle nodes, n[049-064]. A 1-minute job that excludes
