@@ -703,6 +703,7 @@ class Reserver:
                 self._adopt(snap, name, lpj)
                 row = self._row(name)
             if lpj.state == "PENDING":
+                snap = self._off_lost_nodes(snap, predictor, name, lpj)
                 self._bind(snap, name, job_id)
                 starting = []
                 unbound: set[int] = set()
@@ -779,6 +780,42 @@ class Reserver:
                         and job.reason in WAITING_FOR_NODES):
                     self.admit(snap, predictor, job, "sync")
         return self.actions
+
+    def _off_lost_nodes(self, snap: Snapshot, predictor: LivePredictor, name: str,
+                        lpj: JobInfo) -> Snapshot:
+        """Move reservation ``name`` off nodes its pending LPJ can no longer use (drained,
+        down, out of its partition): planned afresh by the policy, the nodes rewritten in
+        place. Without it the LPJ, bound to the reservation, would wait for them for good.
+        An LPJ that names all of its nodes (arnold-sbatch's, moved by the binder with its
+        ``-w``, or a user's exact choice) is left alone. The snapshot, updated."""
+        res = snap.reservations[name]
+        if lpj.required_nodes and len(lpj.required_nodes) >= lpj.node_count:
+            return snap
+        try:
+            lost = sorted(set(res.nodes) - snap.allowed(lpj))
+        except InfeasibleError:
+            return snap
+        if not lost:
+            return snap
+        try:
+            plan = self.plan(lpj.job_id, snap, predictor)
+        except InfeasibleError as exc:
+            log.warning("%s: %s unusable and no new nodes for job %d: %s", name,
+                        _hostlist(lost), lpj.job_id, exc)
+            return snap
+        try:
+            self.slurm.update_reservation(name, Nodes=_hostlist(plan.nodes))
+        except SlurmError as exc:
+            log.warning("%s: %s unusable; moving it failed: %s", name, _hostlist(lost), exc)
+            return snap
+        self.actions.append(f"moved {name} off {_hostlist(lost)} (unusable) to "
+                            f"{_hostlist(plan.nodes)}")
+        with self.state.transaction() as db:
+            db["reservations"].update(name, {  # type: ignore[union-attr]
+                "nodes": list(plan.nodes), "expected_start": plan.expected_start,
+                "weighted_spread": plan.spread})
+        return replace(snap, reservations={**snap.reservations,
+                                           name: replace(res, nodes=plan.nodes)})
 
     def _prune_users(self, name: str, res: Reservation, lpj: JobInfo, snap: Snapshot,
                      unbound: set[int]) -> None:

@@ -438,6 +438,38 @@ def test_an_lpj_naming_some_of_its_nodes_is_not_reserved_without_them(
     assert {j.job_id: j for j in slurm.jobs()}[lpj].reservation in ("", None)
 
 
+def test_a_reservation_moves_off_a_node_drained_under_its_waiting_lpj(
+        slurm: Slurm, env: dict[str, str]) -> None:
+    # A plain sbatch LPJ reserved on 24 nodes; an admin drains one of them while it waits.
+    # Bound to the reservation, it could start only once that node came back: sync moves the
+    # reservation to usable nodes, and the LPJ runs there when the blockers go.
+    blockers = fill(48, limit_min=5, seconds=290)
+    lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=3", "--wrap", "sleep 1")
+    wait_state(slurm, lpj, {"PENDING"})
+    assert f"created arnold_{lpj} on 24 nodes for job {lpj}" in json.loads(
+        arnold(env, "reserve", "sync", "--json").stdout)
+    victim = ours(slurm)[f"arnold_{lpj}"].nodes[9]
+    subprocess.run(["scontrol", "update", f"NodeName={victim}", "State=DRAIN",
+                    "Reason=arnold-test"], check=True)
+    try:
+        sync = arnold(env, "reserve", "sync", "--json")
+        actions = json.loads(sync.stdout)
+        assert any(a.startswith(f"moved arnold_{lpj} off {victim} (unusable) to ")
+                   for a in actions), (actions, sync.stderr)
+        moved = ours(slurm)[f"arnold_{lpj}"].nodes
+        assert len(moved) == 24 and victim not in moved
+        listed = json.loads(arnold(env, "reserve", "list", "--json").stdout)
+        assert set(listed[0]["nodes"]) == set(moved)
+        assert json.loads(arnold(env, "reserve", "sync", "--json").stdout) == []  # settled
+        for b in blockers:
+            slurm.cancel(b)
+        assert wait_for_job(slurm, lpj, timeout=90) == "COMPLETED"
+        assert set(sacct_record(slurm, lpj).nodes) == set(moved)
+    finally:
+        subprocess.run(["scontrol", "update", f"NodeName={victim}", "State=RESUME"],
+                       check=True)
+
+
 def test_a_short_job_is_admitted_only_where_its_options_let_it_run(
         slurm: Slurm, env: dict[str, str]) -> None:
     # The LPJ's reservation holds 16 idle nodes, n[049-064]. A 1-minute job that excludes
