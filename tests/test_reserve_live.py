@@ -113,6 +113,18 @@ def wait_state(slurm: Slurm, job_id: int, states: set[str], timeout: float = 60)
     raise AssertionError(f"job {job_id} never reached {states}")
 
 
+def reserved_lpj(slurm: Slurm, env: dict[str, str], nodes: int, *options: str) -> int:
+    """A plain sbatch LPJ of ``nodes`` whole nodes (``options`` added), pending, that one
+    ``sync`` reserves on that many nodes; its job id."""
+    lpj = sbatch(f"-N{nodes}", "--exclusive", "--gres=gpu:8", "--time=3", *options, "--wrap",
+                 "sleep 1")
+    wait_state(slurm, lpj, {"PENDING"})
+    sync = arnold(env, "reserve", "sync", "--json")
+    assert f"created arnold_{lpj} on {nodes} nodes for job {lpj}" in json.loads(
+        sync.stdout), sync.stderr
+    return lpj
+
+
 def ours(slurm: Slurm) -> dict[str, Any]:
     return {r.name: r for r in slurm.reservations() if r.name.startswith("arnold_")}
 
@@ -444,10 +456,7 @@ def test_a_reservation_moves_off_a_node_drained_under_its_waiting_lpj(
     # Bound to the reservation, it could start only once that node came back: sync moves the
     # reservation to usable nodes, and the LPJ runs there when the blockers go.
     blockers = fill(48, limit_min=5, seconds=290)
-    lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=3", "--wrap", "sleep 1")
-    wait_state(slurm, lpj, {"PENDING"})
-    assert f"created arnold_{lpj} on 24 nodes for job {lpj}" in json.loads(
-        arnold(env, "reserve", "sync", "--json").stdout)
+    lpj = reserved_lpj(slurm, env, 24)
     victim = ours(slurm)[f"arnold_{lpj}"].nodes[9]
     subprocess.run(["scontrol", "update", f"NodeName={victim}", "State=DRAIN",
                     "Reason=arnold-test"], check=True)
@@ -476,11 +485,7 @@ def test_a_short_job_is_admitted_only_where_its_options_let_it_run(
     # them all (-x) could not start in it: not admitted (its LPJ is not held for it). One
     # that excludes all but n[061-064] is, and runs there.
     fill(48, limit_min=4, seconds=200)
-    lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=3", "-w", "n[041-064]",
-                 "--wrap", "sleep 1")
-    wait_state(slurm, lpj, {"PENDING"})
-    assert f"created arnold_{lpj} on 24 nodes for job {lpj}" in json.loads(
-        arnold(env, "reserve", "sync", "--json").stdout)
+    lpj = reserved_lpj(slurm, env, 24, "-w", "n[041-064]")
     barred = sbatch("-N1", "--exclusive", "--gres=gpu:8", "--time=1", "-x", "n[049-064]",
                     "--wrap", "sleep 3")
     wait_state(slurm, barred, {"PENDING"})
