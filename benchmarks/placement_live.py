@@ -32,12 +32,12 @@ from typing import Any
 
 import hostlist
 
-from slurm_arnold.cluster import live_cluster
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.placement import JobShape, Placement
 from slurm_arnold.placement.baselines import slurm_sort_key
 from slurm_arnold.placement.engine import place_from_node_list
 from slurm_arnold.slurm import Slurm
+from slurm_arnold.snapshot.live import live_cluster
 from slurm_arnold.topology import Topology
 
 ALPHA = 0.5

@@ -31,7 +31,6 @@ from typing import Any
 import hostlist
 
 from benchmarks.clusters import fragment
-from slurm_arnold.blocks import Blocks, with_domains
 from slurm_arnold.placement import JobShape, Placement, place
 from slurm_arnold.placement.baselines import BASELINES
 from slurm_arnold.placement.baselines import block_rule as slurm_block_rule
@@ -40,7 +39,7 @@ from slurm_arnold.placement.plan import spreads_per_tier
 from slurm_arnold.placement.weights import default_weights, objective_per_tier
 from slurm_arnold.rankorder import parse as parse_rankorder
 from slurm_arnold.rankorder import write_files
-from slurm_arnold.topology import Topology, parse_topology
+from slurm_arnold.topology import Blocks, Topology, parse_topology, with_domains
 
 RACK_NODES = 18
 GPUS_PER_NODE = 4

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slurm_arnold.cluster import live_cluster
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.placement import JobShape
 from slurm_arnold.placement.engine import place_from_node_list
 from slurm_arnold.slurm import AccountingRecord, Slurm
+from slurm_arnold.snapshot.live import live_cluster
 
 ALPHA = 0.5
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")

@@ -18,12 +18,11 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from benchmarks.logs import CURIE_JOBS, HPC2N_JOBS, LOG_NAMES, LOGS, LogSetup
-from benchmarks.sim_array import RunSpec
 from predictor.swf import JobRecord, read_swf
 from slurm_arnold.sim.cluster import SimCluster
 from slurm_arnold.sim.engine import SimSettings, simulate
@@ -50,6 +49,43 @@ KEYS = ("utilization", "mean_wait_h", "bounded_slowdown", "lpj_mean_wait_h", "lp
         "lpj_mean_weighted_spread", "backfilled_in_reservations", "reserved_idle_node_h",
         "lpj_delay_h_from_mispredictions", "killed_jobs", "predictor_mae_log",
         "predictor_coverage")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One replay: which log (cut, squeezed), which policy, predictor and mode, and which
+    settings to change; ``tag`` names it in the tables (a variant's name)."""
+
+    log: str
+    policy: str
+    predictor: str
+    mode: str
+    data_dir: str
+    limit: int | None = None
+    load: float = 1.0
+    skip: int = 0  # jobs left out before the ones replayed (a held-out slice)
+    overrides: dict[str, Any] = field(default_factory=dict)
+    tag: str | None = None
+
+
+def run_spec(spec: RunSpec,
+             logs: dict[tuple[str, str, int | None, float, int], Any] | None = None,
+             ) -> dict[str, Any]:
+    """Replay ``spec`` here; the metrics of ``benchmarks.sim.run_one`` (plus its tag).
+    ``logs`` keeps the logs read so far, for a caller that replays several."""
+    from benchmarks.logs import LOGS
+
+    setup = next(s for s in LOGS if s.name == spec.log)
+    key = (spec.log, spec.data_dir, spec.limit, spec.load, spec.skip)
+    records = (logs or {}).get(key)
+    if records is None:
+        records = arrivals_scaled(read_log(Path(spec.data_dir), setup, spec.limit, spec.skip),
+                                  spec.load)
+        if logs is not None:
+            logs[key] = records
+    result = run_one(records, setup, spec.policy, spec.predictor, spec.mode,
+                     overrides=spec.overrides or None)
+    return result | ({"variant": spec.tag} if spec.tag is not None else {})
 
 
 def fat_tree(pods: int, leaves: int, nodes: int) -> str:
@@ -116,8 +152,6 @@ def comparison_specs(data_dir: Path, quick: bool = False, limit: int | None = No
 def run_specs(specs: Sequence[RunSpec], progress: Callable[[str], None] | None = None,
               ) -> list[dict[str, Any]]:
     """Each replay in this process, in order (each log is read once)."""
-    from benchmarks.sim_array import run_spec
-
     out = []
     logs: dict[tuple[str, str, int | None, float, int], Any] = {}
     for spec in specs:

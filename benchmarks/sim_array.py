@@ -16,50 +16,13 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from benchmarks.sim import RunSpec, run_spec
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.slurm import Slurm
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One replay: which log (cut, squeezed), which policy, predictor and mode, and which
-    settings to change; ``tag`` names it in the tables (a variant's name)."""
-
-    log: str
-    policy: str
-    predictor: str
-    mode: str
-    data_dir: str
-    limit: int | None = None
-    load: float = 1.0
-    skip: int = 0  # jobs left out before the ones replayed (a held-out slice)
-    overrides: dict[str, Any] = field(default_factory=dict)
-    tag: str | None = None
-
-
-def run_spec(spec: RunSpec,
-             logs: dict[tuple[str, str, int | None, float, int], Any] | None = None,
-             ) -> dict[str, Any]:
-    """Replay ``spec`` here; the metrics of ``benchmarks.sim.run_one`` (plus its tag).
-    ``logs`` keeps the logs read so far, for a caller that replays several."""
-    from benchmarks.logs import LOGS
-    from benchmarks.sim import arrivals_scaled, read_log, run_one
-
-    setup = next(s for s in LOGS if s.name == spec.log)
-    key = (spec.log, spec.data_dir, spec.limit, spec.load, spec.skip)
-    records = (logs or {}).get(key)
-    if records is None:
-        records = arrivals_scaled(read_log(Path(spec.data_dir), setup, spec.limit, spec.skip),
-                                  spec.load)
-        if logs is not None:
-            logs[key] = records
-    result = run_one(records, setup, spec.policy, spec.predictor, spec.mode,
-                     overrides=spec.overrides or None)
-    return result | ({"variant": spec.tag} if spec.tag is not None else {})
 
 
 def run_array(specs: Sequence[RunSpec], slurm: Slurm, workdir: Path, *,

@@ -2,10 +2,10 @@
 can use, and moved to nodes that are free now when its own are not.
 
 arnold-sbatch never refuses a job for busy nodes: it plans it on the nodes that drain first
-(``reservations.live.plan_nodes``), submits it with those as its required nodes (``-w``), so it
-keeps its place in Slurm's queue and Slurm's backfill plans around it, and leaves its spec
-(``slurm_arnold.submit.spec``). Each ``arnold reserve sync`` pass then, for every such job still
-pending, in Slurm's priority order:
+(``slurm_arnold.snapshot.wait_plan.plan_nodes``), submits it with those as its required nodes
+(``-w``), so it keeps its place in Slurm's queue and Slurm's backfill plans around it, and
+leaves its spec (``slurm_arnold.submit.spec``). Each ``arnold reserve sync`` pass then, for
+every such job still pending, in Slurm's priority order:
 
 * **binds** it to nodes free now when its planned ones are not all free but enough others
   are (placement solved on the free nodes): the job starts at once, as it would have under
@@ -39,12 +39,12 @@ import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import hostlist
 
+from predictor.live import LivePredictor
+from reservations.records import Records
 from site_config import SiteConfig
-from slurm_arnold.cluster import ClusterView, free_nodes, may_use
 from slurm_arnold.errors import ArnoldError, InfeasibleError, SlurmError
 from slurm_arnold.placement import Placement, place
 from slurm_arnold.placement.weights import TierWeight
@@ -52,13 +52,19 @@ from slurm_arnold.placement.weights import resolve as resolve_weights
 from slurm_arnold.rankorder import write_files
 from slurm_arnold.site_state import SITE_DIR_MODE, admin_rankdir, make_dir
 from slurm_arnold.slurm import JobInfo, Slurm
+from slurm_arnold.snapshot.queue import (
+    ALIVE,
+    FINISHED,
+    by_priority,
+    reservation_name,
+    taken_by_queue,
+)
+from slurm_arnold.snapshot.snapshot import Snapshot
+from slurm_arnold.snapshot.view import ClusterView, free_nodes, may_use, narrow_free
+from slurm_arnold.snapshot.wait_plan import plan_nodes
 from slurm_arnold.state import StateDB
-from slurm_arnold.submit.flow import FINISHED, narrow_free, taken_by_queue
 from slurm_arnold.submit.spec import BadSpec, JobSpec, read_spec
 from slurm_arnold.topology import Topology
-
-if TYPE_CHECKING:  # reservations.live imports this module inside sync
-    from reservations.live import LivePredictor, Snapshot
 
 log = logging.getLogger(__name__)
 #: A rank file of a finished job is removed this long after it left the queue.
@@ -101,13 +107,11 @@ class Binder:
 
     def run(self, snap: Snapshot, predictor: LivePredictor) -> list[str]:
         """Bind or repair every waiting arnold job that needs it; the actions taken."""
-        from reservations.live import _by_priority
-
         taken = taken_by_queue(list(snap.jobs.values()))
         # Nodes a waiting job names (-w), this pass's moves included: never another's plan.
         named = {n for j in snap.jobs.values() if j.state == "PENDING"
                  for n in j.required_nodes}
-        for job in _by_priority(snap.jobs.values()):
+        for job in by_priority(snap.jobs.values()):
             if job.state != "PENDING" or not job.required_nodes or job.held:
                 continue
             spec = self._spec(job)
@@ -145,8 +149,6 @@ class Binder:
 
     def usable_for(self, snap: Snapshot, job: JobInfo, spec: JobSpec) -> set[str]:
         """Nodes in service that this job may use (partition, reservations, -x/-w/-C)."""
-        from reservations.live import reservation_name
-
         own = reservation_name(job.job_id)
         part = spec.partition or snap.view.partition
         blocked: set[str] = set()
@@ -159,8 +161,6 @@ class Binder:
 
     def _decide(self, snap: Snapshot, predictor: LivePredictor, job: JobInfo, spec: JobSpec,
                 taken: set[str], named: set[str]) -> Move | None:
-        from reservations.live import reservation_name
-
         current = set(job.required_nodes)
         own = reservation_name(job.job_id)
         usable = self.usable_for(snap, job, spec)
@@ -195,8 +195,6 @@ class Binder:
         ended early): Slurm's own plans follow such changes every backfill pass, and a fixed
         nodelist would lose that. Not while jobs admitted into its reservation are alive:
         they were let in on the nodes it has."""
-        from reservations.live import ALIVE, plan_nodes, reservation_name
-
         own = reservation_name(job.job_id)
         if any(j.reservation == own and j.job_id != job.job_id and j.state in ALIVE
                for j in snap.jobs.values()):
@@ -230,8 +228,6 @@ class Binder:
         """Replace the job's ``lost`` nodes: by the spares in ``pool`` (idle, named by no
         other job) nearest to them, or by a fresh plan among the nodes it may use at all
         (``usable``), busy ones by when they drain; the cheaper of the two."""
-        from reservations.live import plan_nodes, reservation_name
-
         drain = snap.drain(predictor)
         topo = snap.view.topology
         good = [n for n in job.required_nodes if n not in set(lost)]
@@ -290,8 +286,6 @@ class Binder:
 
     # -- applying -------------------------------------------------------------------------
     def _apply(self, snap: Snapshot, job: JobInfo, spec: JobSpec, move: Move) -> None:
-        from reservations.live import reservation_name
-
         nodes = move.placement.nodes()
         directory = admin_rankdir(self.config)
         make_dir(directory, SITE_DIR_MODE)
@@ -303,15 +297,11 @@ class Binder:
             self.slurm.update_reservation(name, Nodes=_hl(nodes))
         self.slurm.update_job(job.job_id, ReqNodeList=_hl(nodes))
         before = sorted(job.required_nodes)
-        with self.state.transaction() as db:
-            db["bindings"].insert({  # type: ignore[union-attr]
-                "job_id": job.job_id, "user": job.user, "kind": move.kind,
-                "reason": move.reason, "nodes": nodes, "previous": before,
-                "weighted_spread": move.placement.metrics.weighted_spread,
-                "previous_spread": None, "expected_start": move.expected_start,
-                "decided_at": snap.now, "rankfile": str(rankfile)})
-            if name in snap.reservations:
-                db["reservations"].update(name, {"nodes": nodes})  # type: ignore[union-attr]
+        Records(self.state).binding(
+            job.job_id, job.user, move.kind, move.reason, nodes, before,
+            weighted_spread=move.placement.metrics.weighted_spread, previous_spread=None,
+            expected_start=move.expected_start, now=snap.now, rankfile=str(rankfile),
+            reservation=name if name in snap.reservations else None)
         verb = {"bind": "bound", "repair": "repaired", "replan": "replanned"}[move.kind]
         self.actions.append(f"{verb} job {job.job_id} on {_hl(nodes)} ({move.reason}; weighted "
                             f"spread {move.placement.metrics.weighted_spread:.2f})")
@@ -333,19 +323,6 @@ class Binder:
                     path.unlink()
             except FileNotFoundError:
                 pass
-
-
-def bindings_of(state: StateDB, job_ids: Iterable[int]) -> dict[int, list[dict[str, object]]]:
-    """Every binding decision of these jobs, oldest first."""
-    wanted = list(dict.fromkeys(job_ids))
-    out: dict[int, list[dict[str, object]]] = {}
-    if not wanted or "bindings" not in state.db.table_names():
-        return out
-    marks = ",".join("?" * len(wanted))
-    for row in state.db.table("bindings").rows_where(f"job_id in ({marks})", wanted,
-                                                     order_by="id"):
-        out.setdefault(int(row["job_id"]), []).append(row)
-    return out
 
 
 def _nearest(topology: Topology, lost: Iterable[str], spares: Iterable[str],

@@ -23,14 +23,6 @@ from rich.table import Table
 from rich.tree import Tree
 
 from site_config import SiteConfig, load_config
-from slurm_arnold.blocks import tiers
-from slurm_arnold.cluster import (
-    ClusterView,
-    live_cluster,
-    offline_cluster,
-    read_free_file,
-    slurm_choice,
-)
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.options import (
     Finite,
@@ -55,7 +47,9 @@ from slurm_arnold.placement.weights import objective_per_tier, parse_tier_weight
 from slurm_arnold.placement.weights import resolve as resolve_weights
 from slurm_arnold.sim import PREDICTORS
 from slurm_arnold.slurm import Slurm
-from slurm_arnold.topology import Topology, read_topology_file
+from slurm_arnold.snapshot.live import live_cluster, slurm_choice
+from slurm_arnold.snapshot.view import ClusterView, offline_cluster, read_free_file
+from slurm_arnold.topology import Topology, read_topology_file, tiers
 
 #: Command groups kept in their own modules, imported only when invoked (or listed): every
 #: `arnold place` and arnold-sbatch pays the start-up time of whatever is imported here.
@@ -538,7 +532,7 @@ BINDING_STATUS = {"bind": "bound", "repair": "repaired", "replan": "replanned",
 @json_option("one JSON list")
 def jobs_cmd(limit: int, as_json: bool) -> None:
     """Jobs submitted through arnold-sbatch: shape, placement, spreads, rank-order file."""
-    from reservations.binder import bindings_of
+    from reservations.records import Records
     from slurm_arnold.errors import StateError
     from slurm_arnold.site_state import caller, open_site_db, open_user_db, user_db_path
 
@@ -550,8 +544,8 @@ def jobs_cmd(limit: int, as_json: bool) -> None:
     moves: dict[int, list[dict[str, object]]] = {}
     try:  # the admin side's later moves of these jobs (reservations.binder)
         if records and config.db_path.exists():
-            moves = bindings_of(open_site_db(config), [int(r["slurm_job_id"]) for r in records
-                                                      if r["slurm_job_id"]])
+            moves = Records(open_site_db(config)).bindings_of(
+                [int(r["slurm_job_id"]) for r in records if r["slurm_job_id"]])
     except StateError:
         pass
     rows = []

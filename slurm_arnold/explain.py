@@ -19,12 +19,13 @@ import hostlist
 from rich.console import Console
 from rich.table import Table
 
-from slurm_arnold.cluster import ClusterView, slurm_choice
 from slurm_arnold.figures import save_figure
 from slurm_arnold.placement import JobShape, Placement
 from slurm_arnold.placement.baselines import slurm_sort_key, topo_aware
 from slurm_arnold.placement.engine import place_from_node_list
 from slurm_arnold.slurm import Slurm
+from slurm_arnold.snapshot.live import slurm_choice
+from slurm_arnold.snapshot.view import ClusterView
 from slurm_arnold.topology import Topology
 
 MAX_PODS_DRAWN = 8

@@ -51,7 +51,7 @@ def _create_history(db: sqlite_utils.Database) -> None:
 
 
 def _create_reservations(db: sqlite_utils.Database) -> None:
-    # reservations/live.py: our Slurm reservations (named arnold_<LPJ id>) and every admission
+    # reservations/ (records.py): our Slurm reservations (named arnold_<LPJ id>) and every admission
     # decision with the prediction behind it.
     db["reservations"].create(  # type: ignore[union-attr]
         {"name": str, "lpj_job_id": int, "user": str, "nodes": str, "expected_start": float,
@@ -82,7 +82,7 @@ def _create_bindings(db: sqlite_utils.Database) -> None:
 
 
 def _add_reservation_idle(db: sqlite_utils.Database) -> None:
-    # reservations/live.py: node-seconds a reservation's nodes ran nothing while its LPJ
+    # reservations/sync.py: node-seconds a reservation's nodes ran nothing while its LPJ
     # waited (sampled at each sync), and the last sample.
     table = db["reservations"]
     table.add_column("idle_node_s", float, not_null_default=0.0)  # type: ignore[union-attr]

@@ -204,8 +204,8 @@ def _from_job(job_id: int, topology_file: str | None, stages: int | None) -> Any
     if topology_file:
         topology = read_topology_file(topology_file, minipod_level=config.minipod_level)
     else:
-        from slurm_arnold.cluster import live_cluster
         from slurm_arnold.slurm import Slurm
+        from slurm_arnold.snapshot.live import live_cluster
 
         topology = live_cluster(Slurm(), minipod_level=config.minipod_level).topology
     links = links_from_job(open_user_db(config), job_id, topology, config.network)

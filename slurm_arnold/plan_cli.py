@@ -210,8 +210,8 @@ def _leaf_nodes(topology_file: str | None, minipod_level: int) -> tuple[int, str
         topo = read_topology_file(topology_file)
         return max(len(topo.nodes_under(leaf)) for leaf in topo.leaves()), "topology file"
     try:
-        from slurm_arnold.cluster import live_cluster
         from slurm_arnold.slurm import Slurm
+        from slurm_arnold.snapshot.live import live_cluster
 
         topo = live_cluster(Slurm(), minipod_level=minipod_level).topology
         return max(len(topo.nodes_under(leaf)) for leaf in topo.leaves()), "live cluster"

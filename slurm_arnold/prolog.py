@@ -239,10 +239,10 @@ def prolog(config: SiteConfig, env: MappingType[str, str]) -> Outcome:
 
 def _map(config: SiteConfig, slurm: Slurm, job: StartingJob, wanted: Wanted, admin: Path,
          t0: float, planned: list[str]) -> Outcome:
-    from slurm_arnold.cluster import live_cluster
     from slurm_arnold.placement.mapping import map_allocation
     from slurm_arnold.rankorder import write_files
     from slurm_arnold.site_state import SITE_DIR_MODE, make_dir
+    from slurm_arnold.snapshot.live import live_cluster
 
     view = live_cluster(slurm, minipod_level=config.minipod_level, partition=job.partition)
     gpus = wanted.gpus_per_node or _gpus_per_node(slurm, job, view.common_gpus(job.nodes))
@@ -284,6 +284,7 @@ def _record(config: SiteConfig, job: StartingJob, planned: list[str], spread: fl
     sbatch job), and its weighted spread beside that of Slurm's order on the same nodes
     (``previous_spread``). Where the site database is not writable by the account slurmctld
     runs the prolog as, a warning (the rank file is what matters)."""
+    from reservations.records import Records
     from slurm_arnold.site_state import open_site_db
 
     try:
@@ -292,13 +293,11 @@ def _record(config: SiteConfig, job: StartingJob, planned: list[str], spread: fl
         log.warning("job %d: not recorded in the site database (%s)", job.job_id, exc)
         return
     try:
-        with state.transaction() as db:
-            db["bindings"].insert({  # type: ignore[union-attr]
-                "job_id": job.job_id, "user": job.user, "kind": "start",
-                "reason": outcome.message, "nodes": sorted(job.nodes), "previous": planned,
-                "weighted_spread": spread, "previous_spread": previous,
-                "expected_start": time.time(), "decided_at": time.time(),
-                "rankfile": str(outcome.rankfile)})
+        now = time.time()
+        Records(state).binding(job.job_id, job.user, "start", outcome.message,
+                               sorted(job.nodes), planned, weighted_spread=spread,
+                               previous_spread=previous, expected_start=now, now=now,
+                               rankfile=str(outcome.rankfile))
     finally:
         state.close()
 

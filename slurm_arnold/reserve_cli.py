@@ -18,7 +18,7 @@ from slurm_arnold.options import json_option
 def _reserver(admin_action: str | None = None) -> Any:
     """The reserver over the site's state: read-only for everyone, written only after the
     caller is found to be an admin (``admin_action``)."""
-    from reservations.live import Reserver
+    from reservations.reserver import Reserver
     from slurm_arnold.admins import require_admin
     from slurm_arnold.site_state import open_site_db
     from slurm_arnold.slurm import Slurm
@@ -127,7 +127,7 @@ def reserve_create(job_id: int) -> None:
 @click.argument("target")
 def reserve_release(target: str) -> None:
     """Delete our reservation TARGET (its name, or its LPJ's job id) (admin)."""
-    from reservations.live import reservation_name
+    from slurm_arnold.snapshot.queue import reservation_name
 
     reserver = _reserver("release")
     name = reservation_name(int(target)) if target.isdigit() else target

@@ -36,7 +36,8 @@ def test_the_job_array_gives_the_same_tables_as_a_run_here(slurm: Slurm,
 
 
 def test_a_task_that_fails_is_named_with_its_output(slurm: Slurm, tmp_path: Path) -> None:
-    from benchmarks.sim_array import RunSpec, run_array
+    from benchmarks.sim import RunSpec
+    from benchmarks.sim_array import run_array
     from slurm_arnold.errors import ArnoldError
 
     bad = RunSpec("KTH", "slurm", "requested", "share", str(tmp_path / "no-such-dir"))

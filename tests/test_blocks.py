@@ -9,13 +9,18 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_arnold.blocks import BLOCK_ROOT, parse_block_conf, parse_topology_yaml, tiers
 from slurm_arnold.cli import main
 from slurm_arnold.errors import InfeasibleError, TopologyError
 from slurm_arnold.placement import JobShape, Placement, place
 from slurm_arnold.rankorder import parse as parse_rankorder
 from slurm_arnold.rankorder import write_files
-from slurm_arnold.topology import read_topology_file
+from slurm_arnold.topology import (
+    BLOCK_ROOT,
+    parse_block_conf,
+    parse_topology_yaml,
+    read_topology_file,
+    tiers,
+)
 
 BLOCK_CONF = """\
 # NVL72-style racks: 18 nodes of 4 GPUs each

@@ -158,8 +158,8 @@ def test_the_offline_block_rule_is_slurms_own_choice(
     for). The ties (equal blocks) are what told the model that Slurm takes the last one."""
     import hostlist
 
-    from slurm_arnold.cluster import live_cluster
     from slurm_arnold.placement.baselines import block_rule
+    from slurm_arnold.snapshot.live import live_cluster
 
     view = live_cluster(slurm, partition=PARTITION)
     assert view.free == {f"nvl0{i}" for i in (2, 3, 4, 6, 7, 8)}

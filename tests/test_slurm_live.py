@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_arnold.cluster import live_cluster
 from slurm_arnold.slurm import Slurm
+from slurm_arnold.snapshot.live import live_cluster
 from slurm_arnold.topology import read_topology_file
 from tests.conftest import tree_nodes, wait_for_job
 
@@ -50,7 +50,8 @@ def test_this_slurms_json_is_read_natively_not_by_falling_back(slurm: Slurm) -> 
 def test_the_older_data_parsers_this_slurm_still_prints_read_the_same(slurm: Slurm) -> None:
     # 26.05 still prints the schemas of 24.11 (v0.0.42), 25.05 and 25.11 on request: each
     # must read as the native one does.
-    from slurm_arnold.slurm import JSON_V004X, _nodes_from_json
+    from slurm_arnold.slurm import JSON_V004X
+    from slurm_arnold.slurm.nodes import nodes_from_json as _nodes_from_json
 
     if slurm.json_family != "v0.0.4x":
         pytest.skip("this Slurm prints no data_parser v0.0.4x")

@@ -69,7 +69,9 @@ def test_parse_test_only_line() -> None:
 
 
 def test_v004x_numbers_and_job_states_read_as_the_text_does() -> None:
-    from slurm_arnold.slurm import _job_state, _number, json_family
+    from slurm_arnold.slurm import json_family
+    from slurm_arnold.slurm.common import job_state as _job_state
+    from slurm_arnold.slurm.common import number as _number
 
     assert _number({"set": True, "infinite": False, "number": 30}) == 30
     assert _number({"set": False, "infinite": False, "number": 0}) is None
@@ -92,7 +94,10 @@ def _sacct_line(nodes: str, nnodes: int, state: str = "COMPLETED") -> str:
 
 
 def test_a_record_slurmdbd_has_not_filled_in_is_not_settled() -> None:
-    from slurm_arnold.slurm import _accounting_from_json, _accounting_from_sacct_text
+    from slurm_arnold.slurm.accounting import accounting_from_json as _accounting_from_json
+    from slurm_arnold.slurm.accounting import (
+        accounting_from_sacct_text as _accounting_from_sacct_text,
+    )
 
     # 22.05's sacct text for a 24-node job in the second after it ended (seen live, as
     # `sacct -X -P -o NodeList,NNodes,State`: "n001|24|COMPLETED", then "n[001-024]|24|...").
@@ -117,5 +122,5 @@ def test_no_jobs_asked_is_no_sacct_call(monkeypatch: pytest.MonkeyPatch) -> None
 
     slurm = Slurm()
     monkeypatch.setattr(slurm, "run", refuse)
-    monkeypatch.setattr(slurm, "_json", refuse)
+    monkeypatch.setattr(slurm, "json_doc", refuse)
     assert slurm.finished_accounting([]) == {}

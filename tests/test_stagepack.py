@@ -7,7 +7,6 @@ import random
 
 import pytest
 
-from slurm_arnold.blocks import spread_tiers
 from slurm_arnold.placement import JobShape, place
 from slurm_arnold.placement.dominate import explain, regret, tier_vector
 from slurm_arnold.placement.plan import tier_places
@@ -19,7 +18,7 @@ from slurm_arnold.placement.tiermip import (
     nodes_by_domain,
 )
 from slurm_arnold.placement.weights import default_weights
-from slurm_arnold.topology import Topology
+from slurm_arnold.topology import Topology, spread_tiers
 from tests.test_tiermip import _problem, _rivals, _topology
 
 

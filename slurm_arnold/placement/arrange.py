@@ -32,12 +32,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from slurm_arnold.blocks import tiers
 from slurm_arnold.placement.job import JobShape
 from slurm_arnold.placement.plan import Cell, tier_places, worst_spreads
 from slurm_arnold.placement.pool import Pool
 from slurm_arnold.placement.weights import TierWeight, TierWeights, default_weights
-from slurm_arnold.topology import Topology
+from slurm_arnold.topology import Topology, tiers
 
 #: Tile heights always tried (besides every divisor of PP): small tiles matter most, since a
 #: rack holds few units.

@@ -33,10 +33,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from slurm_arnold.blocks import DOMAIN
 from slurm_arnold.placement.plan import Cell, spreads_per_tier, tier_places
 from slurm_arnold.placement.weights import TierWeights
-from slurm_arnold.topology import Topology
+from slurm_arnold.topology import DOMAIN, Topology
 
 Cells = Mapping[Cell, Sequence[str]]
 

@@ -406,7 +406,6 @@ def _win_back(choice: Choice, vectors: Sequence[Sequence[float]], free: list[str
     still miss a bar (``placement.repair``), else the packing nearest the bars so repaired;
     with the records of the steps that ran (``stage_models``, ``tier_model``; None: none
     did). ``vectors``: the rivals' tier vectors (``dominate.rival_vectors``)."""
-    from slurm_arnold.blocks import spread_tiers
     from slurm_arnold.placement.dominate import Choice, regret, tier_vector
     from slurm_arnold.placement.plan import tier_places
     from slurm_arnold.placement.repair import repair
@@ -419,6 +418,7 @@ def _win_back(choice: Choice, vectors: Sequence[Sequence[float]], free: list[str
         nodes_by_domain,
         solve_tiers,
     )
+    from slurm_arnold.topology import spread_tiers
 
     def domain_of(n: str) -> str:
         return topology.domains.get(n, n)

@@ -7,9 +7,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from slurm_arnold.blocks import spread_tiers, tiers
 from slurm_arnold.placement.job import JobShape
-from slurm_arnold.topology import Topology
+from slurm_arnold.topology import Topology, spread_tiers, tiers
 
 Cell = tuple[int, int]  # (pp, column)
 

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from slurm_arnold.blocks import tiers
 from slurm_arnold.placement.plan import Cell
 from slurm_arnold.placement.pool import Pool
 from slurm_arnold.placement.weights import TierWeights
-from slurm_arnold.topology import Topology
+from slurm_arnold.topology import Topology, tiers
 
 
 def upper_tiers(topology: Topology) -> list[tuple[str, int]]:

@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from site_config.settings import LinkTier, NetworkTiers
-from slurm_arnold.blocks import spread_tiers, tiers
 from slurm_arnold.errors import ArnoldError
-from slurm_arnold.topology import Topology
+from slurm_arnold.topology import Topology, spread_tiers, tiers
 
 
 @dataclass(frozen=True)

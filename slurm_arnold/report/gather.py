@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from site_config import SiteConfig
-from slurm_arnold.cluster import ClusterView, live_cluster
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.slurm import JobInfo, Slurm
+from slurm_arnold.snapshot.live import live_cluster
+from slurm_arnold.snapshot.view import ClusterView
 from slurm_arnold.topology import Topology
 
 #: What holds a node, in the page's legend order (one CSS class each).
@@ -259,14 +260,14 @@ def gather(config: SiteConfig, slurm: Slurm | None = None, *,
     topology file alone, every node free (to see the page at any size)."""
     now = time.time()
     if topology is not None:
-        from slurm_arnold.cluster import offline_cluster
+        from slurm_arnold.snapshot.view import offline_cluster
 
         view = offline_cluster(topology, 8)
         return Report(now, "none (topology file)", topology, _nodes(view, {}, {}), [], [],
                       {"model": None, "last_retrain": None, "recent": None, "points": []})
     slurm = slurm or Slurm()
     slurm.require_config()
-    from reservations.live import Reserver
+    from reservations.reserver import Reserver
     from slurm_arnold.site_state import open_site_db
 
     view = live_cluster(slurm, minipod_level=config.minipod_level, partition=config.partition)

@@ -187,7 +187,7 @@ class OnlinePredictor:
         if self.name == "requested" or (self.name == "model_q" and self.booster is None):
             # Before its first fit the upper predictor has nothing calibrated to offer; only
             # the limit keeps its promise (the live side gates on limits without a model:
-            # reservations/live.py); last2, a point guess, covers about half the jobs
+            # predictor/live.py); last2, a point guess, covers about half the jobs
             # (`arnold bench predictor`, docs/benchmarks.md).
             return job.limit
         if self.name == "oracle":

@@ -28,7 +28,6 @@ from typing import IO, Any
 import hostlist
 
 from site_config import NetworkTiers, SiteConfig
-from slurm_arnold.cluster import ClusterView, live_cluster, slurm_choice
 from slurm_arnold.errors import ArnoldError, InfeasibleError
 from slurm_arnold.placement import NVLINK_GROUPS, JobShape, Parallelism, Placement, place
 from slurm_arnold.placement.align import alpha_from_model
@@ -37,7 +36,10 @@ from slurm_arnold.placement.weights import parse_tier_weights
 from slurm_arnold.placement.weights import resolve as resolve_weights
 from slurm_arnold.rankorder import ORDERS, write_files
 from slurm_arnold.site_state import caller, open_site_db, open_user_db, site_lock, user_subdir
-from slurm_arnold.slurm import JobInfo, Slurm
+from slurm_arnold.slurm import Slurm
+from slurm_arnold.snapshot.live import live_cluster, slurm_choice
+from slurm_arnold.snapshot.queue import taken_by_queue
+from slurm_arnold.snapshot.view import ClusterView, narrow_free
 from slurm_arnold.state import StateDB
 from slurm_arnold.submit.options import (
     Parsed,
@@ -111,45 +113,6 @@ def _gpus_per_node(sbatch: Mapping[str, str]) -> int | None:
     return None
 
 
-def _matches_constraint(features: frozenset[str], expr: str) -> bool:
-    """Slurm's simple constraints: ``a``, ``a&b``, ``a|b``; anything richer is refused."""
-    if re.search(r"[\[\]()*!]", expr):
-        raise ArnoldError(f"--constraint={expr}: arnold-sbatch understands only a, a&b and "
-                          "a|b; use --placement=slurm for richer constraints")
-    return any(all(f in features for f in term.split("&")) for term in expr.split("|"))
-
-
-def narrow_free(view: ClusterView, sbatch: Mapping[str, str], claimed: set[str]) -> set[str]:
-    """Free nodes the job may use: minus -x, within -w, matching -C, minus claimed ones."""
-    free = set(view.free) - claimed
-    if "exclude" in sbatch:
-        free -= set(hostlist.expand_hostlist(sbatch["exclude"]))
-    if "nodelist" in sbatch:
-        free &= set(hostlist.expand_hostlist(sbatch["nodelist"]))
-    if "constraint" in sbatch:
-        free = {n for n in free if n in view.nodes
-                and _matches_constraint(view.nodes[n].features, sbatch["constraint"])}
-    return free
-
-
-FINISHED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-            "BOOT_FAIL", "DEADLINE", "PREEMPTED", "SPECIAL_EXIT"}
-
-
-def taken_by_queue(jobs: list[JobInfo]) -> set[str]:
-    """Nodes other jobs hold or are about to: every unfinished job's allocated nodes and the
-    required nodes (``-w``) of every pending job, whoever submitted it. A job that slurmctld
-    has not started yet still leaves its nodes IDLE; it must not be given them twice."""
-    taken: set[str] = set()
-    for job in jobs:
-        if job.state in FINISHED:
-            continue
-        taken.update(job.nodes)
-        if job.state == "PENDING":
-            taken.update(job.required_nodes)
-    return taken
-
-
 class NotFreeNow(InfeasibleError):
     """Too few free nodes for the job now (a large job is then planned on reserved nodes)."""
 
@@ -169,7 +132,9 @@ def plan_queued(config: SiteConfig, slurm: Slurm, short: NotFreeNow,
     enough others free up first, and reserves them when the job is large (at once when the
     submitter is an admin). Only a job that can never run (more nodes than it may use are in
     service) is refused."""
-    from reservations.live import LivePredictor, Snapshot, plan_nodes
+    from predictor.live import LivePredictor
+    from slurm_arnold.snapshot.snapshot import Snapshot
+    from slurm_arnold.snapshot.wait_plan import plan_nodes
 
     snap = Snapshot.read(slurm, config, partition=sbatch.get("partition"))
     usable = snap.usable()
@@ -237,7 +202,7 @@ def after_submit(config: SiteConfig, slurm: Slurm, job_id: int, *, queued: bool,
         require_admin(slurm, "reserve sync")
     except NotAdmin:
         return
-    from reservations.live import Reserver
+    from reservations.reserver import Reserver
     try:
         reserver = Reserver(config, open_site_db(config, write=True), slurm)
         with reserver.lock():

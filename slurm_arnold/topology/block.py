@@ -1,4 +1,5 @@
-"""NVLink domains: Slurm's topology/block, ``topology.yaml``, and their tree of blocks.
+"""NVLink domains from Slurm's topology/block ``topology.conf`` (and its ``scontrol show
+topology``), and the tree of blocks Slurm's block plugin sees above them.
 
 A *domain* is a set of nodes joined by a scale-up fabric (NVLink: a GB200 NVL72 rack is 18
 nodes of 4 GPUs); Slurm's topology/block names each one a block (``BlockName=b1
@@ -23,10 +24,9 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-import yaml
-
 from slurm_arnold.errors import TopologyError
-from slurm_arnold.topology import Switch, Topology, _expand, _logical_lines, parse_topology
+from slurm_arnold.topology.lines import expand, logical_lines
+from slurm_arnold.topology.model import Switch, Topology
 
 #: Name given to the switch above every block when the blocks' own levels do not meet in one.
 BLOCK_ROOT = "blocks"
@@ -47,7 +47,7 @@ class Blocks:
 def is_block_conf(text: str) -> bool:
     """Whether ``topology.conf`` text is topology/block's (it names a ``BlockName``)."""
     return any(line.lower().startswith(("blockname=", "blocksizes="))
-               for _, line in _logical_lines(text))
+               for _, line in logical_lines(text))
 
 
 #: Keys ``scontrol show topology`` adds to each block line.
@@ -62,7 +62,7 @@ def parse_block_conf(text: str, source: str = "topology.conf", *, live: bool = F
     members: dict[str, tuple[str, ...]] = {}
     sizes: tuple[int, ...] = ()
     shown_sizes: set[int] = set()
-    for line, content in _logical_lines(text):
+    for line, content in logical_lines(text):
         fields: dict[str, str] = {}
         extra: dict[str, str] = {}
         for token in content.split():
@@ -77,13 +77,13 @@ def parse_block_conf(text: str, source: str = "topology.conf", *, live: bool = F
                                     "file; expected BlockName, Nodes or BlockSizes")
             fields[key.lower()] = value
         if "blocksize" in extra:
-            shown_sizes |= set(_sizes([extra["blocksize"]], source, line))
+            shown_sizes |= set(parse_sizes([extra["blocksize"]], source, line))
         if "aggregatedblock" in extra:
             continue
         if "blocksizes" in fields:
             if len(fields) > 1:
                 raise TopologyError(source, line, "BlockSizes= goes on a line of its own")
-            sizes = _sizes(fields["blocksizes"].split(","), source, line)
+            sizes = parse_sizes(fields["blocksizes"].split(","), source, line)
             continue
         name = fields.get("blockname")
         if not name:
@@ -92,13 +92,14 @@ def parse_block_conf(text: str, source: str = "topology.conf", *, live: bool = F
             raise TopologyError(source, line, f"block {name} has no Nodes=")
         if name in members:
             raise TopologyError(source, line, f"block {name} defined twice")
-        members[name] = tuple(_expand(fields["nodes"], source, line, "Nodes"))
+        members[name] = tuple(expand(fields["nodes"], source, line, "Nodes"))
     if shown_sizes and not sizes:
-        sizes = _sizes(sorted(shown_sizes), source, None)
-    return _checked(Blocks(members, sizes), source)
+        sizes = parse_sizes(sorted(shown_sizes), source, None)
+    return checked(Blocks(members, sizes), source)
 
 
-def _sizes(values: Iterable[Any], source: str, line: int | None) -> tuple[int, ...]:
+def parse_sizes(values: Iterable[Any], source: str, line: int | None) -> tuple[int, ...]:
+    """``BlockSizes`` as whole numbers, each a power of two times the one before."""
     try:
         sizes = tuple(int(str(v).strip()) for v in values)
     except ValueError:
@@ -114,7 +115,9 @@ def _sizes(values: Iterable[Any], source: str, line: int | None) -> tuple[int, .
     return sizes
 
 
-def _checked(blocks: Blocks, source: str) -> Blocks:
+def checked(blocks: Blocks, source: str) -> Blocks:
+    """``blocks`` validated (no node in two blocks, none below the base size), with Slurm's
+    default base size where ``BlockSizes`` is not given."""
     if not blocks.members:
         raise TopologyError(source, None, "no blocks defined (BlockName=... Nodes=...)")
     seen: dict[str, str] = {}
@@ -177,108 +180,3 @@ def with_domains(tree: Topology, blocks: Blocks, source: str) -> Topology:
                                 "any switch of the tree")
     return Topology(tree.switches, tree.node_leaf, tree.minipod_level, source,
                     domains=blocks.domain_map(), block_sizes=blocks.sizes)
-
-
-def parse_topology_yaml(text: str, source: str = "topology.yaml", *, name: str | None = None,
-                        minipod_level: int = 1) -> Topology:
-    """Read Slurm's ``topology.yaml``: its tree (scale-out) and block (domains) topologies."""
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise TopologyError(source, mark.line + 1 if mark else None,
-                            f"not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
-    if not isinstance(doc, list) or not all(isinstance(t, dict) for t in doc):
-        raise TopologyError(source, None, "expected a list of topologies "
-                            "(- topology: NAME, then tree:, block: or flat:)")
-    trees = [t for t in doc if isinstance(t.get("tree"), dict)]
-    block_docs = [t for t in doc if isinstance(t.get("block"), dict)]
-    if name is not None:
-        chosen = [t for t in doc if t.get("topology") == name]
-        if not chosen:
-            known = ", ".join(str(t.get("topology")) for t in doc)
-            raise TopologyError(source, None, f"no topology named {name!r} (have {known})")
-        trees = [t for t in trees if t in chosen] or trees
-        block_docs = [t for t in block_docs if t in chosen] or block_docs
-    if not trees and not block_docs:
-        raise TopologyError(source, None, "no tree or block topology in it (flat, ring and "
-                            "torus3d topologies say nothing about switches or NVLink domains)")
-    tree_doc = next((t for t in trees if t.get("cluster_default") is True),
-                    trees[0] if trees else None)
-    blocks = _yaml_blocks(block_docs[0], source) if block_docs else None
-    if tree_doc is None:
-        assert blocks is not None
-        return block_tree(blocks, source, minipod_level=minipod_level)
-    tree = parse_topology(_tree_conf(tree_doc, source), source, minipod_level=minipod_level)
-    return tree if blocks is None else with_domains(tree, blocks, source)
-
-
-def _yaml_blocks(doc: dict[str, Any], source: str) -> Blocks:
-    where = f"topology {doc.get('topology')!r}"
-    spec = doc["block"]
-    items = spec.get("blocks")
-    if not isinstance(items, list) or not items:
-        raise TopologyError(source, None, f"{where}: block: needs a list of blocks")
-    members: dict[str, tuple[str, ...]] = {}
-    for item in items:
-        if not isinstance(item, dict) or not item.get("block") or not item.get("nodes"):
-            raise TopologyError(source, None, f"{where}: each block needs block: and nodes:")
-        block = str(item["block"])
-        if block in members:
-            raise TopologyError(source, None, f"{where}: block {block} defined twice")
-        members[block] = tuple(_expand(_names(item["nodes"]), source, None, "nodes"))
-    raw_sizes = spec.get("block_sizes")
-    if raw_sizes is not None and not isinstance(raw_sizes, list):
-        raw_sizes = str(raw_sizes).split(",")
-    sizes = _sizes(raw_sizes, source, None) if raw_sizes else ()
-    return _checked(Blocks(members, sizes), source)
-
-
-def _names(value: Any) -> str:
-    """A hostlist from YAML: ``node[01-04]`` or a list of names."""
-    return ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
-
-
-def _tree_conf(doc: dict[str, Any], source: str) -> str:
-    """The tree topology as ``topology.conf`` lines, so one parser checks both forms."""
-    items = doc["tree"].get("switches")
-    if not isinstance(items, list) or not items:
-        raise TopologyError(source, None, f"topology {doc.get('topology')!r}: tree: needs a "
-                            "list of switches")
-    lines = []
-    for item in items:
-        if not isinstance(item, dict) or not item.get("switch"):
-            raise TopologyError(source, None, "each switch needs switch: NAME")
-        parts = [f"SwitchName={item['switch']}"]
-        if item.get("children"):
-            parts.append(f"Switches={_names(item['children'])}")
-        if item.get("nodes"):
-            parts.append(f"Nodes={_names(item['nodes'])}")
-        lines.append(" ".join(parts))
-    return "\n".join(lines) + "\n"
-
-
-#: The name of the NVLink-domain tier.
-DOMAIN = "nvlink domain"
-
-
-def spread_tiers(topology: Topology) -> list[str]:
-    """The tiers spreads are counted at, nearest first: the NVLink domain where the topology
-    has domains that are not its leaves, then ``tiers``."""
-    names = tiers(topology)
-    return [DOMAIN, *names] if topology.domains and names[0] != DOMAIN else names
-
-
-def tiers(topology: Topology) -> list[str]:
-    """Names of the positions of ``Topology.path_of``: nearest tier first, the top last (the
-    leaf is the NVLink domain itself when the tree was built from blocks)."""
-    depth = topology.depth()
-    names = ["leaf", *[f"level {k}" for k in range(1, depth)]]
-    if 0 < topology.minipod_level < depth:
-        names[topology.minipod_level] = "minipod"
-    if depth > 1:
-        names[-1] = "core"
-    if topology.domains and all(topology.node_leaf[n] == d
-                                for n, d in topology.domains.items()):
-        names[0] = DOMAIN
-    return names

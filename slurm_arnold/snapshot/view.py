@@ -1,4 +1,5 @@
-"""A snapshot of the cluster for placement: the switch tree, each node's state, the free nodes.
+"""The cluster at one moment for placement: the switch tree, each node's state, the free nodes,
+and which of them a job may use.
 
 **Free**, for placement, is defined here and only here: a node is free when it is in the
 partition the job asks for (or the default one), its state is IDLE with no flag that makes it
@@ -9,16 +10,17 @@ never free: a placement cannot reason about them.
 
 from __future__ import annotations
 
-import getpass
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import hostlist
 
-from slurm_arnold.blocks import block_tree, is_block_conf, parse_block_conf, with_domains
 from slurm_arnold.errors import ArnoldError
-from slurm_arnold.slurm import UNAVAILABLE_FLAGS, NodeInfo, Reservation, Slurm
-from slurm_arnold.topology import Topology, parse_topology
+from slurm_arnold.slurm import UNAVAILABLE_FLAGS, NodeInfo, Reservation
+from slurm_arnold.topology import (
+    Topology,
+)
 
 
 @dataclass
@@ -86,64 +88,6 @@ def free_nodes(
     }
 
 
-def live_cluster(
-    slurm: Slurm,
-    *,
-    minipod_level: int = 1,
-    partition: str | None = None,
-    user: str | None = None,
-) -> ClusterView:
-    """Read the live topology, node states and reservations through the adapter.
-
-    ``partition`` defaults to the cluster's default partition; ``user`` to the caller.
-    Raises ``TopologyError`` when Slurm has no usable topology, ``SlurmError`` when a command
-    fails.
-    """
-    part = partition or slurm.default_partition()
-    topology = live_topology(slurm, part, minipod_level=minipod_level)
-    infos = slurm.nodes()
-    free = free_nodes(topology, infos, slurm.reservations(), partition=part,
-                      user=user or getpass.getuser())
-    return ClusterView(topology, {n.name: n for n in infos}, free, part)
-
-
-def live_topology(slurm: Slurm, partition: str | None, *, minipod_level: int = 1) -> Topology:
-    """The topology ``partition`` is scheduled on: the cluster's tree, or (Slurm 25.05+'s
-    topology.yaml) the partition's own topology. A block topology gives the NVLink domains;
-    its scale-out tiers are the cluster's default tree where that lists every block node,
-    else Slurm's tree of blocks (``slurm_arnold.blocks``)."""
-    name = slurm.partition_topology(partition) if partition else None
-    source = "scontrol show topology" + (f" {name}" if name else "")
-    text = slurm.topology_text(name)
-    if not text.strip():
-        raise ArnoldError(
-            "Slurm reports no topology; set TopologyPlugin=topology/tree and write topology.conf"
-        )
-    if not is_block_conf(text):
-        return parse_topology(text, source, live=True, minipod_level=minipod_level)
-    found = parse_block_conf(text, source, live=True)
-    fabric = slurm.topology_text() if name else ""
-    if fabric.strip() and not is_block_conf(fabric):
-        tree = parse_topology(fabric, "scontrol show topology", live=True,
-                              minipod_level=minipod_level)
-        if set(found.domain_map()) <= set(tree.nodes):
-            return with_domains(tree, found, source)
-    return block_tree(found, source, minipod_level=minipod_level)
-
-
-def slurm_choice(slurm: Slurm, view: ClusterView, nodes: int,
-                 segment: int | None = None) -> list[str]:
-    """The nodes slurmctld would give an exclusive job of ``nodes`` nodes now; on a partition
-    of NVLink domains in segments of ``segment`` nodes (``--segment``: without one, Slurm's
-    block plugin refuses a job no larger than a block whenever no single block holds it)."""
-    args = ["-N", str(nodes), "--exclusive"]
-    if view.partition:
-        args += ["-p", view.partition]
-    if segment and view.topology.domains:
-        args.append(f"--segment={segment}")
-    return slurm.test_only(args)
-
-
 def offline_cluster(topology: Topology, gpus_per_node: int,
                     free: Iterable[str] | None = None) -> ClusterView:
     """A cluster described by a topology file alone: every node (or ``free``) is free."""
@@ -183,3 +127,24 @@ def read_free_file(path: str) -> list[str]:
         except hostlist.BadHostlist as exc:
             raise ArnoldError(f"{path}:{number}: bad hostlist {text!r} ({exc})") from None
     return list(dict.fromkeys(nodes))
+
+
+def _matches_constraint(features: frozenset[str], expr: str) -> bool:
+    """Slurm's simple constraints: ``a``, ``a&b``, ``a|b``; anything richer is refused."""
+    if re.search(r"[\[\]()*!]", expr):
+        raise ArnoldError(f"--constraint={expr}: arnold-sbatch understands only a, a&b and "
+                          "a|b; use --placement=slurm for richer constraints")
+    return any(all(f in features for f in term.split("&")) for term in expr.split("|"))
+
+
+def narrow_free(view: ClusterView, sbatch: Mapping[str, str], claimed: set[str]) -> set[str]:
+    """Free nodes the job may use: minus -x, within -w, matching -C, minus claimed ones."""
+    free = set(view.free) - claimed
+    if "exclude" in sbatch:
+        free -= set(hostlist.expand_hostlist(sbatch["exclude"]))
+    if "nodelist" in sbatch:
+        free &= set(hostlist.expand_hostlist(sbatch["nodelist"]))
+    if "constraint" in sbatch:
+        free = {n for n in free if n in view.nodes
+                and _matches_constraint(view.nodes[n].features, sbatch["constraint"])}
+    return free
