@@ -41,8 +41,9 @@ import numpy as np
 from predictor.swf import JobRecord, read_swf
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.sim.cluster import SimCluster
-from slurm_arnold.sim.engine import SimSettings, Simulation
+from slurm_arnold.sim.engine import Simulation
 from slurm_arnold.sim.jobs import SimJob, build_workload
+from slurm_arnold.sim.settings import SimSettings
 from slurm_arnold.slurm import Slurm
 from slurm_arnold.topology import parse_topology
 

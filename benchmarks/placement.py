@@ -119,7 +119,7 @@ def _write_cluster(tmp: Path, name: str, topo: Topology, free: list[str]) -> tup
 def _place_process(files: tuple[Path, Path], job: JobShape, alpha: float) -> tuple[dict[str, Any],
                                                                                     float]:
     """``arnold place --json`` at default settings in a fresh process, and its wall time."""
-    command = [sys.executable, "-c", "from slurm_arnold.cli import main; main()", "place",
+    command = [sys.executable, "-c", "from slurm_arnold.cli.main import main; main()", "place",
                "--topology", str(files[0]), "--free", str(files[1]), "--tp", str(job.tp),
                "--pp", str(job.pp), "--nodes", str(job.nodes), "--alpha", str(alpha),
                "--json"]

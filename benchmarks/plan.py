@@ -217,7 +217,8 @@ def nest_instances(directory: Path) -> list[dict[str, Any]]:
     import subprocess
     import sys
 
-    from slurm_arnold.plan.nest_input import NestLayout, price, read_nest_input, search_nest
+    from slurm_arnold.plan.nest_costs import price, search_nest
+    from slurm_arnold.plan.nest_input import NestLayout, read_nest_input
 
     rows = []
     for path in sorted(directory.glob("*.json")):

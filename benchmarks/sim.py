@@ -25,8 +25,9 @@ from typing import Any
 from benchmarks.logs import CURIE_JOBS, HPC2N_JOBS, LOG_NAMES, LOGS, LogSetup
 from predictor.swf import JobRecord, read_swf
 from slurm_arnold.sim.cluster import SimCluster
-from slurm_arnold.sim.engine import SimSettings, simulate
+from slurm_arnold.sim.engine import simulate
 from slurm_arnold.sim.jobs import build_workload
+from slurm_arnold.sim.settings import SimSettings
 from slurm_arnold.topology import Topology, parse_topology
 
 #: Every predictor and mode: on KTH, the fastest log.

@@ -39,6 +39,7 @@ from predictor.model import (
 from predictor.swf import JobRecord
 from site_config import SiteConfig
 from slurm_arnold.errors import ArnoldError
+from slurm_arnold.site_state import last_retrain_path, model_dir
 from slurm_arnold.slurm import JobInfo, Slurm
 from slurm_arnold.state import StateDB
 
@@ -50,16 +51,6 @@ MIN_NEW_JOBS = 100
 
 class RetrainBusy(ArnoldError):
     """Another retraining run holds the lock."""
-
-
-def model_dir(config: SiteConfig) -> Path:
-    """Where the serving model lives: ``predictor.model_dir`` or ``<state_dir>/model``."""
-    return config.predictor.model_dir or config.state_dir / "model"
-
-
-def last_retrain_path(config: SiteConfig) -> Path:
-    """Where the last ``retrain``'s outcome is kept (``arnold report`` shows it)."""
-    return config.state_dir / "predictor-last-retrain.json"
 
 
 def load_serving(config: SiteConfig) -> JctModel:

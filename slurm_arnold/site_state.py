@@ -80,11 +80,19 @@ def _fix_mode(path: Path, mode: int, actions: list[str]) -> None:
         actions.append(f"{path}: mode {current:o} -> {mode:o}")
 
 
+def model_dir(config: SiteConfig) -> Path:
+    """Where the serving model lives: ``predictor.model_dir`` or ``<state_dir>/model``."""
+    return config.predictor.model_dir or config.state_dir / "model"
+
+
+def last_retrain_path(config: SiteConfig) -> Path:
+    """Where the last ``retrain``'s outcome is kept (``arnold report`` shows it)."""
+    return config.state_dir / "predictor-last-retrain.json"
+
+
 def init_site(config: SiteConfig) -> list[str]:
     """Create (or repair) the site's directories, lock file and database with their modes;
     idempotent. Run by the admin account that runs ``arnold reserve sync``."""
-    from predictor.service import model_dir
-
     actions: list[str] = []
     for path, mode in ((config.state_dir, SITE_DIR_MODE), (config.users_dir, USERS_DIR_MODE),
                        (model_dir(config), SITE_DIR_MODE), (admin_rankdir(config), SITE_DIR_MODE)):

@@ -9,7 +9,7 @@ import hostlist
 import pytest
 from click.testing import CliRunner
 
-from slurm_arnold.cli import main
+from slurm_arnold.cli.main import main
 from slurm_arnold.slurm import Slurm
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_arnold.cli import main
+from slurm_arnold.cli.main import main
 from slurm_arnold.sim import WALL_CLOCK_KEYS
 from slurm_arnold.slurm import Slurm
 from tests.test_predictor import KTH

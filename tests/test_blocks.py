@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from slurm_arnold.cli import main
+from slurm_arnold.cli.main import main
 from slurm_arnold.errors import InfeasibleError, TopologyError
 from slurm_arnold.placement import JobShape, Placement, place
 from slurm_arnold.rankorder import parse as parse_rankorder

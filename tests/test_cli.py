@@ -13,7 +13,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from slurm_arnold.cli import main
+from slurm_arnold.cli.main import main
 from slurm_arnold.slurm import Slurm
 from tests.conftest import tree_nodes
 
@@ -218,17 +218,19 @@ def test_place_explain_draws_ours_beside_slurms(tmp_path: Path, isolated_config:
 
 
 def test_place_does_not_load_the_other_command_groups() -> None:
-    """arnold place and arnold-sbatch pay only for what they use: the groups of LAZY_GROUPS
-    are imported when invoked, not when ``arnold`` starts."""
-    from slurm_arnold.cli import LAZY_GROUPS
+    """arnold place and arnold-sbatch pay only for what they use: the command modules of
+    COMMANDS are imported when invoked, not when ``arnold`` starts."""
+    from slurm_arnold.cli.main import COMMANDS
 
-    modules = list(LAZY_GROUPS.values())
-    probe = ("import sys, slurm_arnold.cli; "
+    modules = [target.partition(":")[0] for target in COMMANDS.values()]
+    probe = ("import sys, click; from slurm_arnold.cli.main import main; "
+             f"print(','.join(m for m in {modules!r} if m in sys.modules)); "
+             "main.get_command(click.Context(main), 'place'); "
              f"print(','.join(m for m in {modules!r} if m in sys.modules))")
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
-                            check=True).stdout.strip()
-    assert loaded == ""
-    assert set(LAZY_GROUPS) <= set(main.list_commands(click.Context(main)))
+                            check=True).stdout.splitlines()
+    assert loaded == ["", "slurm_arnold.cli.place"]
+    assert set(COMMANDS) <= set(main.list_commands(click.Context(main)))
 
 
 def test_place_time_limit_counts_from_the_command_not_the_import(
@@ -241,14 +243,14 @@ def test_place_time_limit_counts_from_the_command_not_the_import(
     from slurm_arnold.placement import place
 
     real = time.monotonic
-    monkeypatch.setattr("slurm_arnold.cli.time.monotonic", lambda: real() + 3600.0)
+    monkeypatch.setattr("slurm_arnold.cli.place.time.monotonic", lambda: real() + 3600.0)
     given: list[float] = []
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         given.append(kwargs["time_limit"])
         return place(*args, **kwargs)
 
-    monkeypatch.setattr("slurm_arnold.cli.place", spy)
+    monkeypatch.setattr("slurm_arnold.cli.place.place", spy)
     topo = tmp_path / "topology.conf"
     topo.write_text(fat_tree(4, 4, 4))
     result = CliRunner().invoke(main, ["place", "--topology", str(topo), "--tp", "8", "--pp",

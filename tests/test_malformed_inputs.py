@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurm_arnold.cli import main
+from slurm_arnold.cli.main import main
 
 FIXED_GARBAGE = [
     b"",

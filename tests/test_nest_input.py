@@ -12,15 +12,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from slurm_arnold.cli import main
+from slurm_arnold.cli.main import main
 from slurm_arnold.errors import ArnoldError
+from slurm_arnold.plan.nest_costs import price, search_nest
 from slurm_arnold.plan.nest_input import (
     NestInputError,
     NestLayout,
     parse_nest_input,
-    price,
     read_nest_input,
-    search_nest,
 )
 from tests.conftest import SHARED
 

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from site_config import load_config
-from slurm_arnold.cli import main
+from slurm_arnold.cli.main import main
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.pipeline.greedy import greedy
 from slurm_arnold.pipeline.model import Block, PipelineModel, dependency

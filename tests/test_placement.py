@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from site_config import NetworkTiers
-from slurm_arnold.cli import main
+from slurm_arnold.cli.main import main
 from slurm_arnold.errors import InfeasibleError
 from slurm_arnold.placement import OFFLINE_ALGOS, JobShape, place
 from slurm_arnold.placement.align import alpha_from_model, auto_alpha, parse_bytes

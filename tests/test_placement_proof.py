@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from benchmarks.clusters import Scale, build_tree, fragment
-from slurm_arnold.cli import main
+from slurm_arnold.cli.main import main
 from slurm_arnold.placement import JobShape, place
 from slurm_arnold.placement.bands import band_layout, exact_band_layout, splits
 from slurm_arnold.placement.bounds import (

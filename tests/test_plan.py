@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from site_config.settings import NetworkTiers
-from slurm_arnold.cli import main
+from slurm_arnold.cli.main import main
 from slurm_arnold.errors import ArnoldError, InfeasibleError
 from slurm_arnold.plan.catalog import GPUS, MODELS, ModelSpec
 from slurm_arnold.plan.cost import (

@@ -17,7 +17,7 @@ from predictor.features import FEATURES, Vocabulary, compute
 from predictor.model import ACI_GAMMA, ACI_MARGIN, AdaptiveCalibrator, aci_margin_needed
 from predictor.service import queue_load
 from predictor.swf import BadLine, JobRecord, read_swf
-from slurm_arnold.cli import main
+from slurm_arnold.cli.main import main
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.slurm import JobInfo
 from tests.conftest import SHARED

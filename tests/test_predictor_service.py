@@ -18,10 +18,11 @@ from click.testing import CliRunner
 
 from predictor.history import load_history
 from predictor.model import ACI_MARGIN, load
-from predictor.service import RetrainBusy, model_dir, retrain, retrain_lock
+from predictor.service import RetrainBusy, retrain, retrain_lock
 from predictor.swf import JobRecord
 from site_config import load_config
-from slurm_arnold.cli import main
+from slurm_arnold.cli.main import main
+from slurm_arnold.site_state import model_dir
 from slurm_arnold.slurm import Slurm, parse_time_limit
 from slurm_arnold.state import StateDB
 from tests.conftest import REPO, wait_for_job

@@ -267,3 +267,24 @@ def test_bench_mapping_quick(site: Any, slurm: Slurm) -> None:
     assert result["at_scale"]["nodes"] == 256
     assert result["live"]["mapped_wrote_rankfile"]
     assert result["live"]["mapped_median_s"] > 0 and result["live"]["nothing_asked_median_s"] > 0
+
+
+def test_arnold_prolog_starts_without_the_solver_numpy_or_sqlite_utils_for_a_plain_job(
+        slurm: Slurm) -> None:
+    # slurmctld runs the prolog for every job that may want ranks; one that asks for nothing
+    # must cost no more than reading its script (the shell wrapper answers most jobs sooner).
+    job = slurm.submit(["--hold", "-N", "1", "--job-name", "arnold-plain", "--wrap", "true"])
+    try:
+        code = ("import os, sys; from site_config import load_config; "
+                "from slurm_arnold.prolog import prolog; "
+                "out = prolog(load_config(), os.environ); "
+                "print(out.kind, sorted(m for m in ('numpy', 'sqlite_utils', 'pyscipopt', "
+                "'lightgbm') if m in sys.modules))")
+        env = {**os.environ, "SLURM_JOB_ID": str(job), "SLURM_JOB_UID": str(os.getuid()),
+               "SLURM_JOB_NODELIST": tree_nodes(slurm)[0].name}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=env, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == ["none", "[]"], out.stdout + out.stderr
+    finally:
+        slurm.cancel(job)

@@ -15,11 +15,12 @@ from click.testing import CliRunner
 
 from benchmarks.sim import fat_tree
 from predictor.swf import JobRecord, read_swf
-from slurm_arnold.cli import main
+from slurm_arnold.cli.main import main
 from slurm_arnold.errors import InfeasibleError
 from slurm_arnold.sim.cluster import SimCluster
-from slurm_arnold.sim.engine import SimSettings, Simulation
+from slurm_arnold.sim.engine import Simulation
 from slurm_arnold.sim.jobs import build_workload
+from slurm_arnold.sim.settings import SimSettings
 from slurm_arnold.topology import parse_topology
 from tests.test_predictor import KTH, _jobs
 

@@ -99,7 +99,7 @@ def test_arnold_sbatch_starts_without_numpy_or_sqlite_utils() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, slurm_arnold.sbatch_cli; "
+    code = ("import sys, slurm_arnold.cli.sbatch; "
             "print(sorted(m for m in ('numpy', 'sqlite_utils', 'pyscipopt', 'lightgbm') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from benchmarks.clusters import fragment
 from benchmarks.placement_nvl import nvl_cluster
 from site_config.settings import LinkTier, NetworkTiers
-from slurm_arnold.cli import main
+from slurm_arnold.cli.main import main
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.placement import JobShape, place
 from slurm_arnold.placement.arrange import arrange, lower_tier_score, lower_tiers

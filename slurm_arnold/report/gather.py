@@ -226,7 +226,7 @@ def _predictor(config: SiteConfig, site: sqlite3.Connection | None, now: float,
                ) -> dict[str, Any]:
     """The serving model's age and training facts, the last retrain's outcome, and accuracy
     on recently finished jobs that had an admission decision (point and upper prediction)."""
-    from predictor.service import last_retrain_path, model_dir
+    from slurm_arnold.site_state import last_retrain_path, model_dir
 
     out: dict[str, Any] = {"model": None, "last_retrain": _read_json(last_retrain_path(config)),
                            "recent": None, "points": []}

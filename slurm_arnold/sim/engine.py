@@ -1,39 +1,11 @@
-"""``arnold sim``: a discrete-event replay of a job log on a fat tree, under two policies.
-
-**slurm** approximates Slurm's ``sched/backfill`` with ``topology/tree``:
-
-- Priority is submit order (FIFO; no fair share, QOS, partitions or preemption).
-- A scheduling pass runs at every simulated instant where a job ends or is submitted (after
-  all ends, then all submits, of that instant). It tests the first ``depth`` pending jobs in
-  priority order (like ``bf_max_job_test``). A job starts at once if enough resources are free
-  and it would not delay any planned start (below).
-- The first ``plan_ahead`` jobs that cannot start get a planned start: the earliest time at
-  which enough nodes are free if every running job runs to its **time limit** (what
-  backfill knows), on the nodes tree-fit would pick then. A later job may start now only on
-  nodes outside those plans, or if it ends (by its limit) before the planned start.
-- Node choice is topology/tree's: the lowest switch level with room, best fit there, the
-  fullest leaves first (``SimCluster.tree_fit``). Jobs of fewer than g GPUs share nodes (best
-  fit by free GPUs); larger jobs take whole nodes (``--exclusive``).
-- Jobs end at their run time, cut at their time limit (Slurm enforces limits; the logs' few
-  overruns are cut). Not modelled: the main scheduler's separate cadence (``bf_interval``:
-  passes here are instant), job arrays, dependencies, node failures, resizing, suspend.
-
-**arnold** is the same backfill plus :mod:`reservations.policy` for large jobs (LPJs): an
-LPJ that can start now is placed by the placement engine on the free nodes; one that cannot
-gets a reservation (at most ``max_reservations`` at once, in priority order) on nodes chosen
-by predicted drain time and spread; the reserved nodes take no new jobs except short ones the
-predictor admits; the LPJ starts when all its nodes are free.
-
-LPJ layout for its spread: TP = g, PP = 4 (2 or 1 when the nodes do not divide), DP = nodes/PP,
-alpha = 0.5. Under slurm the rank order is Megatron's default over tree-fit's node order.
-"""
+"""The discrete-event replay itself (``Simulation``): events, backfill passes, reservations and
+admissions, as the package docstring describes the two policies."""
 
 from __future__ import annotations
 
 import heapq
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -45,149 +17,12 @@ from slurm_arnold.placement.engine import place_from_node_list
 from slurm_arnold.sim.cluster import SimCluster
 from slurm_arnold.sim.jobs import SimJob, Workload
 from slurm_arnold.sim.memo import PlacementMemo
+from slurm_arnold.sim.metrics import job_metrics, prediction_accuracy
+from slurm_arnold.sim.plans import BackfillPlan, Reservation
 from slurm_arnold.sim.predictors import OnlinePredictor
+from slurm_arnold.sim.settings import CHOICES, SimSettings
 
 END, SUBMIT = 0, 1
-BSLD_TAU = 10.0  # seconds: the bounded-slowdown floor for very short jobs
-
-
-#: The simulator's placement safety net (s), so that a replay's placements do not depend on
-#: the machine's load. The engine's work limits decide: Curie's slowest solve took 10 s
-#: (``placement_slowest_s``, docs/sim.md; 275 s before the pipeline-type model replaced most
-#: of the cell model's work); ``placements_time_limited`` says whether a replay reached it.
-SIM_PLACEMENT_SAFETY_S = 600.0
-
-
-#: How ``SimSettings.lpj_jumps_pay`` counts a jump's delay to a blocked LPJ (off: no rule).
-LPJ_JUMP_COSTS = ("off", "limits", "predictions", "expected")
-#: How ``SimSettings.lpj_head_shadow`` judges whether an LPJ behind the head runs past its
-#: shadow (off: no rule).
-LPJ_HEAD_SHADOWS = ("off", "limits", "predictions")
-#: Which n nodes the LPJs' head keeps in its shadow (``SimSettings.lpj_head_shadow_nodes``).
-LPJ_SHADOW_NODES = ("busy-first", "tree-fit")
-
-
-@dataclass
-class SimSettings:
-    """Everything that shapes one simulation run."""
-
-    policy: str = "slurm"
-    predictor: str = "requested"
-    mode: str = "share"
-    placement: str = "mip"
-    alpha: float = 0.5
-    depth: int = 100
-    plan_ahead: int = 8
-    max_reservations: int = 4
-    #: The placement engine's wall-clock safety net (s). Node limits decide when the MIP
-    #: stops; a net a loaded machine can reach makes a replay's placements, then its schedule,
-    #: depend on the load (it was 1 s, which Curie's 5,120-node tree reached under load:
-    #: docs/sim.md). ``placements_time_limited`` in the results counts the solves it stopped.
-    placement_time_limit: float = SIM_PLACEMENT_SAFETY_S
-    spread_weight_h: float = 1.0
-    reserve_horizon_h: float = 2.0
-    #: Reserve only where the LPJ's saving outweighs ``idle_share`` of the idle node-hours
-    #: (reservations.policy) and, with ``lpj_keeps_place``, never on nodes backfill planned for
-    #: the jobs ahead of it. `arnold bench sim --variants` measures each on every log
-    #: (docs/sim.md): paying for itself with an idle share of 0.25 had the better worst case
-    #: of the shares tried, so it is on; keeping the place was worse everywhere, so it is off.
-    pay_for_itself: bool = True
-    #: The share of a reservation's idle node-hours counted as its cost (a setting, chosen by
-    #: the variants bench; not a measured fill by admitted jobs).
-    idle_share: float = 0.25
-    lpj_keeps_place: bool = False
-    #: Backfill plans count a reservation's nodes as free once its LPJ, started when they
-    #: drain by their limits, has run to its own limit; off, they are never free while
-    #: reserved, so a job needing more nodes than the reservations leave has no plan at all
-    #: (nothing protects it) until they start. Off by default: alone it makes small jobs
-    #: respect a very large job's plan that LPJs still pass, which costs everyone's wait.
-    plans_past_reservations: bool = False
-    #: An LPJ may not take, to start now or to reserve, the nodes backfill planned for a
-    #: blocked LPJ ahead of it (small jobs' plans do not bind it, unlike ``lpj_keeps_place``).
-    #: Off: on Curie's held-out jobs it ends the 4,500-node job's starvation but both waits
-    #: then miss by far (`arnold bench sim --held-out --variants`; docs/sim.md).
-    lpjs_respect_lpj_plans: bool = False
-    #: An LPJ that has waited this long without a reservation keeps its place against the
-    #: LPJs behind it (they may not take the nodes planned for it). Off: on Curie's held-out
-    #: jobs 10,000-20,000, where a 4,500-node job starves for days without it, a day's bound
-    #: made both waits far worse (`arnold bench sim --held-out --variants`; docs/sim.md).
-    lpj_starved_h: float = math.inf
-    #: An LPJ still waiting past the start of the first backfill plan made for it (by time
-    #: limits, as Slurm's backfill plans) keeps its place against the LPJs behind it, as
-    #: with ``lpj_starved_h``: LPJs pass a blocked LPJ freely only until it has waited as
-    #: long as that plan said. On: the only rule tried that meets every rule on all six
-    #: slices, Curie's held-out jobs included, where without it a 4,500-node job starved for
-    #: 90 h and its drain at the end cost utilisation 3 points (docs/sim.md, session 37).
-    lpj_starved_past_plan: bool = True
-    #: An LPJ may take the nodes planned for a blocked LPJ ahead only when the node-hours it
-    #: saves itself (its nodes x its wait if it kept its turn) are at least the node-hours it
-    #: may delay the other (that LPJ's nodes x how far past that plan's start it runs, by its
-    #: time limit with "limits", by its upper prediction with "predictions", and with
-    #: "expected" by both weighed by the upper prediction's odds: the prediction with
-    #: ``quantile``, the limit with the rest). "off": LPJs pass blocked LPJs freely. Off: on
-    #: Curie's held-out jobs, by limits it ends the starving of the 4,096- and 4,500-node
-    #: jobs but misses both waits, by predictions it meets the waits and misses utilisation,
-    #: expected as by limits (`arnold bench sim --held-out --variants`; docs/sim.md).
-    lpj_jumps_pay: str = "off"
-    #: The first blocked LPJ in the queue (the head, for LPJs) keeps its place against the
-    #: LPJs behind it, as Slurm's backfill keeps the queue's head: they may not take the
-    #: nodes planned for it unless they end, by their limit, before its planned start.
-    #: Off: alone it made both waits far worse on Curie's held-out jobs (docs/sim.md).
-    lpj_head_binds: bool = False
-    #: The LPJs' head (as ``lpj_head_binds``) is protected as EASY backfill protects the
-    #: queue's head, by the predictions: its shadow is when enough nodes drain by them
-    #: (reserved ones once their LPJ has run its predicted time). An LPJ behind it that would
-    #: run past the shadow, by its time limit with "limits", by its upper prediction with
-    #: "predictions", may use only the nodes the head will not need then, now or by a
-    #: reservation. "off": no such rule. Off: "limits" is the first setting to meet every rule
-    #: on both held-out slices, but misses utilisation on Curie's first 10,000 jobs (-0.012);
-    #: "predictions" misses on Curie's held-out and first jobs (`arnold bench sim
-    #: --variants`, with and without ``--held-out``; docs/sim.md). Since ``model_q`` predicts
-    #: the limit before its first fit, "limits" meets every rule on Curie's first jobs but
-    #: misses both waits by far on its held-out jobs (docs/sim.md, session 36).
-    lpj_head_shadow: str = "off"
-    #: Which of the nodes that drain by the head's shadow it keeps, where more than it needs
-    #: drain by then (ties: a job's or a reservation's nodes all drain at once):
-    #: "busy-first" keeps busy ones and leaves idle ones open to the LPJs behind;
-    #: "tree-fit" keeps the ones Slurm's tree fit would choose, as the head's backfill plan
-    #: does. With ``lpj_head_shadow=limits``, busy-first meets every rule on both held-out
-    #: slices and misses utilisation on Curie's first 10,000 jobs; tree-fit mends that slice
-    #: but misses LPJ wait on Curie's held-out jobs and waits on SDSC-SP2 and KTH
-    #: (`arnold bench sim --variants`, with and without ``--held-out``; docs/sim.md).
-    lpj_head_shadow_nodes: str = "busy-first"
-    replan_gain_s: float = 600.0
-    #: Also replan a reservation whose own expected start slipped (``_replan_reservations``).
-    replan_on_slip: bool = True
-    quantile: float = 0.9
-    #: Where the topology has NVLink domains: arnold chooses nodes in partly used domains before
-    #: whole ones (SimCluster), slurm's tree-fit does not. Off, arnold chooses as slurm does.
-    keep_domains_whole: bool = True
-
-
-@dataclass
-class Reservation:
-    """An LPJ's reservation in the simulation."""
-
-    rid: int
-    job: SimJob
-    nodes: np.ndarray  # node indices
-    cells: dict[tuple[int, int], list[str]]
-    spread: float
-    created: float
-    admitted: set[int] = field(default_factory=set)
-    declined_at: int = 0  # free nodes when starting elsewhere was last judged worse
-    earliest: float = 0.0  # the earliest drain of any n eligible nodes when it was planned
-    planned: float = 0.0  # its own expected start when it was planned
-    promised: float = 0.0  # latest predicted end of a job admitted into it
-
-
-@dataclass
-class _Plan:
-    start: float
-    end: float
-    mask: np.ndarray
-    starved: bool = False  # an LPJ's, waiting unreserved for lpj_starved_h or longer
-    lpj: bool = False
 
 
 class Simulation:
@@ -366,7 +201,7 @@ class Simulation:
                 # LPJ's turn instead, outside the nodes planned for the LPJs ahead: here it
                 # could move onto them, as the rule forbids a new reservation to do.
                 self._replan_reservations()
-        plans: list[_Plan] = []
+        plans: list[BackfillPlan] = []
         blocked_jobs: list[SimJob] = []  # cannot start; planned lazily
         planned_upto = 0
         free_whole = int(np.count_nonzero(self.c.whole_free() & ~self.c.blocked))
@@ -374,7 +209,7 @@ class Simulation:
         reserved_idle = bool(self.reservations) and bool(
             (self.c.blocked & (self.c.free_gpus > 0)).any())
 
-        def plans_ahead() -> list[_Plan]:
+        def plans_ahead() -> list[BackfillPlan]:
             """Backfill's plans for the jobs ahead that could not start (made lazily: most
             passes on a full cluster never need them)."""
             nonlocal planned_upto
@@ -461,7 +296,7 @@ class Simulation:
             if job.nodes:
                 blocked_jobs.append(job)
 
-    def _jump_pays(self, job: SimJob, blocked: _Plan, own_turn: float) -> bool:
+    def _jump_pays(self, job: SimJob, blocked: BackfillPlan, own_turn: float) -> bool:
         """Whether LPJ ``job`` may take ``blocked``'s planned nodes (``lpj_jumps_pay``): the
         node-hours it saves itself against waiting for its turn (``own_turn``, its plan
         behind the jobs ahead) are at least those it may delay the blocked LPJ."""
@@ -500,7 +335,7 @@ class Simulation:
         shielded[order[:n]] = True
         return start, shielded
 
-    def _plan(self, job: SimJob, plans: Sequence[_Plan]) -> _Plan | None:
+    def _plan(self, job: SimJob, plans: Sequence[BackfillPlan]) -> BackfillPlan | None:
         """Backfill's planned start: when enough nodes are free if jobs run to their limits."""
         avail = np.where(self.c.whole_free(), self.now, np.maximum(self.limit_end, self.now))
         if self.s.plans_past_reservations:
@@ -526,7 +361,7 @@ class Simulation:
         first = job.first_plan if job.first_plan is not None else start
         starved = job.lpj and (self.now - job.submit >= self.s.lpj_starved_h * 3600
                                or (self.s.lpj_starved_past_plan and self.now >= first))
-        return _Plan(start, start + job.limit, mask, starved=starved, lpj=job.lpj)
+        return BackfillPlan(start, start + job.limit, mask, starved=starved, lpj=job.lpj)
 
     # -- Arnold's reservations ------------------------------------------------------------
     def _shape(self, job: SimJob) -> JobShape:
@@ -591,7 +426,7 @@ class Simulation:
         return drain
 
     def _reserve(self, job: SimJob, planned: np.ndarray | None = None,
-                 plans: Sequence[_Plan] = ()) -> bool:
+                 plans: Sequence[BackfillPlan] = ()) -> bool:
         """Reserve nodes for LPJ ``job`` outside ``planned`` ones (held for the jobs ahead,
         whose ``plans`` also set when Slurm would start it without a reservation)."""
         eligible = ~self.c.blocked if planned is None else ~self.c.blocked & ~planned
@@ -633,7 +468,7 @@ class Simulation:
             self._replan(res, drain)
 
     def _replan(self, res: Reservation, drain: np.ndarray, planned: np.ndarray | None = None,
-                plans: Sequence[_Plan] = ()) -> bool:
+                plans: Sequence[BackfillPlan] = ()) -> bool:
         """Move ``res`` (see ``_replan_reservations``), outside ``planned`` nodes; whether
         its LPJ still holds a reservation."""
         own = np.zeros(self.c.n, dtype=bool)
@@ -711,30 +546,17 @@ class Simulation:
     def metrics(self) -> dict[str, Any]:
         """The ``arnold sim --json`` object."""
         jobs = self.jobs
-        waits = np.array([(j.start or 0) - j.submit for j in jobs]) / 3600.0
-        runs = np.array([(j.end or 0) - (j.start or 0) for j in jobs])
-        bsld = np.maximum(1.0, (waits * 3600 + runs) / np.maximum(runs, BSLD_TAU))
-        first = min((j.submit for j in jobs), default=0.0)
-        last = max((j.end or 0 for j in jobs), default=0.0)
-        used = float(sum(((j.end or 0) - (j.start or 0)) * j.gpus_each * len(j.node_ids)
-                         for j in jobs))
-        span = max(last - first, 1e-9)
+        span = max(max((j.end or 0 for j in jobs), default=0.0)
+                   - min((j.submit for j in jobs), default=0.0), 1e-9)
         lpj = [j for j in jobs if j.lpj]
-        lpj_waits = np.array([(j.start or 0) - j.submit for j in lpj]) / 3600.0
-        spreads = [self._lpj_spread(j) for j in lpj]
         return {
-            "utilization": round(used / (self.c.total_gpus * span), 6) if jobs else 0.0,
-            "mean_wait_h": round(float(waits.mean()), 6) if jobs else 0.0,
-            "bounded_slowdown": round(float(bsld.mean()), 6) if jobs else 0.0,
-            "lpj_mean_wait_h": round(float(lpj_waits.mean()), 6) if lpj else 0.0,
-            "lpj_p95_wait_h": round(float(np.quantile(lpj_waits, 0.95)), 6) if lpj else 0.0,
-            "lpj_mean_weighted_spread": round(float(np.mean(spreads)), 6) if lpj else 0.0,
+            **job_metrics(jobs, self.c.total_gpus, [self._lpj_spread(j) for j in lpj]),
             "backfilled_in_reservations": self.backfilled_in_reservations,
             "reserved_idle_node_h": round(self.reserved_idle_s / 3600.0, 6),
             "lpj_delay_h_from_mispredictions": round(self.lpj_delay / 3600.0, 6),
             "lpj_delay_h_from_admissions": round(self.lpj_admission_delay / 3600.0, 6),
             "killed_jobs": self.killed,
-            **self._prediction_accuracy(),
+            **prediction_accuracy(jobs),
             "jobs": len(jobs),
             "dropped_jobs": self.w.dropped_too_large + self.w.dropped_unusable,
             "lpjs": len(lpj),
@@ -756,20 +578,6 @@ class Simulation:
             "keep_domains_whole": self.c.keep_domains_whole,
         }
 
-    def _prediction_accuracy(self) -> dict[str, float | None]:
-        """How good the run-time predictions were when jobs started (jobs that were not
-        killed): mean |log predicted - log actual| and the share that ended by their
-        prediction (the coverage an upper predictor promises)."""
-        done = [j for j in self.jobs if j.predicted is not None and not j.killed
-                and j.end is not None and j.start is not None]
-        if not done:
-            return {"predictor_mae_log": None, "predictor_coverage": None}
-        actual = np.maximum(1.0, np.array([(j.end or 0) - (j.start or 0) for j in done]))
-        predicted = np.maximum(1.0, np.array([j.predicted or 1.0 for j in done]))
-        return {"predictor_mae_log": round(float(np.mean(np.abs(np.log(predicted)
-                                                                 - np.log(actual)))), 6),
-                "predictor_coverage": round(float(np.mean(actual <= predicted + 1e-6)), 6)}
-
     def _lpj_spread(self, job: SimJob) -> float:
         if job.weighted_spread is None:
             names = [self.c.names[i] for i in job.node_ids]
@@ -784,53 +592,4 @@ def simulate(cluster: SimCluster, workload: Workload, settings: SimSettings,
     """Run one simulation; the metrics of ``arnold sim --json``."""
     return Simulation(cluster, workload, settings, progress).run()
 
-
-#: SimSettings fields `arnold sim` sets with options of their own, not with ``--set``.
-OWN_OPTIONS = {"policy": "--policy", "predictor": "--predictor", "mode": "--mode",
-               "placement": "--placement", "depth": "--depth",
-               "max_reservations": "--max-reservations", "spread_weight_h": "--spread-weight-h",
-               "reserve_horizon_h": "--horizon-h", "keep_domains_whole": "--keep-domains-whole"}
-#: The text settings' choices: `arnold sim --set` and Simulation refuse others.
-CHOICES = {"lpj_jumps_pay": LPJ_JUMP_COSTS, "lpj_head_shadow": LPJ_HEAD_SHADOWS,
-           "lpj_head_shadow_nodes": LPJ_SHADOW_NODES}
-#: Settings that are a share, and whether 0 and 1 themselves are allowed (alpha: the DP
-#: spread's weight, beta = 1 - alpha; quantile: a probability strictly inside).
-FRACTIONS = {"alpha": True, "quantile": False}
-_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
-
-
-def parse_setting(key: str, text: str) -> tuple[str, Any]:
-    """One ``KEY=VALUE`` of ``arnold sim --set``: the field and its value, read as the type
-    of the field's default. ValueError, with the fix, for an unknown field, a field with an
-    option of its own, or a value that is not of the field's type (numbers: 0 or more, inf
-    allowed where the default is a float, e.g. ``lpj_starved_h``)."""
-    defaults = SimSettings()
-    names = sorted(f.name for f in fields(SimSettings) if f.name not in OWN_OPTIONS)
-    if key in OWN_OPTIONS:
-        raise ValueError(f"{key} has an option of its own: use {OWN_OPTIONS[key]}")
-    if key not in names:
-        raise ValueError(f"unknown setting {key!r}; use one of " + ", ".join(names))
-    kind = type(getattr(defaults, key))
-    value: Any
-    if kind is bool:
-        if text.lower() not in _TRUE + _FALSE:
-            raise ValueError(f"{key} takes true or false, not {text!r}")
-        value = text.lower() in _TRUE
-    elif kind in (int, float):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise ValueError(f"{key} takes a{'n integer' if kind is int else ' number'}, "
-                             f"not {text!r}") from None
-        if math.isnan(value) or value < 0:
-            raise ValueError(f"{key} takes a number of 0 or more, not {text!r}")
-        closed = FRACTIONS.get(key)
-        if closed is not None and not (0 <= value <= 1 if closed else 0 < value < 1):
-            raise ValueError(f"{key} takes a number {'in [0, 1]' if closed else 'between 0 and 1'}"
-                             f", not {text!r}")
-    elif key in CHOICES and text not in CHOICES[key]:
-        raise ValueError(f"unknown {key} {text!r}; use " + ", ".join(CHOICES[key]))
-    else:
-        value = text
-    return key, value
 

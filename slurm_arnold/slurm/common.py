@@ -39,7 +39,7 @@ def parse_oneliner(line: str) -> dict[str, str]:
     return out
 
 
-def features(text: str | None) -> frozenset[str]:
+def parse_features(text: str | None) -> frozenset[str]:
     """Features as ``scontrol``/``sinfo`` print them (comma-separated, ``(null)`` for none)."""
     if not text or text == "(null)":
         return frozenset()

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from slurm_arnold.slurm.common import features, parse_gpu_count, parse_oneliner, split_state
+from slurm_arnold.slurm.common import parse_features, parse_gpu_count, parse_oneliner, split_state
 from slurm_arnold.slurm.runner import Runner
 
 # Node states in which a node is down or being emptied; a node with any of them is not free.
@@ -62,8 +62,8 @@ def nodes_from_json(doc: Mapping[str, Any]) -> list[NodeInfo]:
             partitions=tuple(n.get("partitions") or ()),
             gpus_total=parse_gpu_count(n.get("gres")),
             gpus_used=parse_gpu_count(n.get("gres_used")),
-            features=features(",".join(features) if isinstance(features, list)
-                               else features),
+            features=parse_features(",".join(features) if isinstance(features, list)
+                                  else features),
         ))
     return out
 
@@ -84,7 +84,7 @@ def nodes_from_scontrol(text: str) -> list[NodeInfo]:
             partitions=tuple(p for p in f.get("Partitions", "").split(",") if p),
             gpus_total=parse_gpu_count(f.get("Gres")),
             gpus_used=int(used.group(1)) if used else 0,
-            features=features(f.get("ActiveFeatures")),
+            features=parse_features(f.get("ActiveFeatures")),
         ))
     return out
 

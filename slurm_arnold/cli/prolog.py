@@ -28,7 +28,7 @@ def main() -> None:
     except ArnoldError as exc:
         log.warning("%s", exc)
     except Exception as exc:  # never fail the prolog: see the docstring
-        from slurm_arnold.cli import unexpected
+        from slurm_arnold.cli.errors import unexpected
 
         log.warning("%s", unexpected(exc))
     else:

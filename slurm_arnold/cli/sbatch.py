@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         code = 130
     except Exception as exc:
-        from slurm_arnold.cli import unexpected
+        from slurm_arnold.cli.errors import unexpected
 
         print(f"arnold-sbatch: error: {unexpected(exc)}", file=sys.stderr)
         code = _exit_error()

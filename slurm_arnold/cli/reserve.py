@@ -11,8 +11,8 @@ import click
 import hostlist
 
 from site_config import load_config
+from slurm_arnold.cli.options import json_option
 from slurm_arnold.errors import ArnoldError
-from slurm_arnold.options import json_option
 
 
 def _reserver(admin_action: str | None = None) -> Any:
@@ -70,8 +70,8 @@ def reserve_list(as_json: bool) -> None:
     if not rows:
         click.echo("no arnold reservations")
         return
-    from slurm_arnold.tables import show
-    from slurm_arnold.tables import table as new_table
+    from slurm_arnold.cli.tables import show
+    from slurm_arnold.cli.tables import table as new_table
 
     table = new_table("reservation", "LPJ", "user", "nodes", "expected start", "spread",
                       "admitted", "state")

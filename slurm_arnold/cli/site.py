@@ -8,7 +8,7 @@ import stat
 import click
 
 from site_config import load_config
-from slurm_arnold.options import json_option
+from slurm_arnold.cli.options import json_option
 
 
 @click.group("site")
@@ -62,8 +62,7 @@ def site_show(as_json: bool) -> None:
     import os
     import pwd
 
-    from predictor.service import model_dir
-    from slurm_arnold.site_state import SUBMIT_LOCK, caller
+    from slurm_arnold.site_state import SUBMIT_LOCK, caller, model_dir
 
     config = load_config()
     paths = {"state_dir": config.state_dir, "database": config.db_path,

@@ -11,8 +11,8 @@ import click
 from click.core import ParameterSource
 
 from site_config import load_config
+from slurm_arnold.cli.options import json_option, topology_option
 from slurm_arnold.errors import ArnoldError
-from slurm_arnold.options import json_option, topology_option
 
 log = logging.getLogger("arnold.plan")
 
@@ -180,7 +180,8 @@ def plan(model_name: str | None, gpus: int | None, global_batch: int | None,
 
 def _plan_nest(path: str, as_json: bool) -> None:
     """``--nest-input``: NEST's own instance searched on NEST's own costs."""
-    from slurm_arnold.plan.nest_input import plan_doc, read_nest_input, search_nest
+    from slurm_arnold.plan.nest_costs import plan_doc, search_nest
+    from slurm_arnold.plan.nest_input import read_nest_input
 
     inst = read_nest_input(path)
     doc = plan_doc(inst, search_nest(inst))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -56,9 +57,9 @@ class Finite(click.FloatRange):
 def sim_settings(ctx: click.Context, param: click.Parameter,
                  values: tuple[str, ...]) -> tuple[tuple[str, Any], ...]:
     """``--set KEY=VALUE`` of ``arnold sim``: each a (field, value) pair read by
-    ``slurm_arnold.sim.engine.parse_setting`` (for ``dataclasses.replace`` of its
+    ``slurm_arnold.sim.settings.parse_setting`` (for ``dataclasses.replace`` of its
     SimSettings), or a usage error naming the fix."""
-    from slurm_arnold.sim.engine import parse_setting
+    from slurm_arnold.sim.settings import parse_setting
 
     pairs = []
     for value in values:
@@ -88,3 +89,28 @@ def parallelism_options(command: F) -> F:
     )):
         command = option(command)
     return command
+
+
+def _writable_docs(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Refuse a --docs path that cannot be written before the benchmark runs, not after."""
+    import os
+
+    parent = Path(value).parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise click.BadParameter(f"{parent} is not a directory you can write; give a path in "
+                                 "one", ctx=ctx, param=param)
+    return value
+
+
+def _default_docs() -> str:
+    """The checkout's docs/benchmarks.md wherever the command runs from; from an installed
+    copy (no checkout around it), docs/benchmarks.md under the current directory."""
+    checkout = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
+    return str(checkout) if checkout.exists() else "docs/benchmarks.md"
+
+
+#: Every full benchmark writes its section of this file (the quick runs write nothing).
+docs_option = click.option(
+    "--docs", type=click.Path(dir_okay=False), default=_default_docs,
+    show_default="the checkout's docs/benchmarks.md", callback=_writable_docs,
+    help="Where the full run writes its section.")

@@ -11,8 +11,8 @@ from typing import Any
 import click
 
 from site_config import load_config
+from slurm_arnold.cli.options import Finite, json_option, topology_option
 from slurm_arnold.errors import ArnoldError
-from slurm_arnold.options import Finite, json_option, topology_option
 from slurm_arnold.pipeline.run import NAMES, run
 
 log = logging.getLogger("arnold.pipeline")
