@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 import subprocess
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.clusters import SCALES, build_tree, fragment
+from benchmarks.placement import repo_relative
+from slurm_arnold.errors import ArnoldError
 from slurm_arnold.placement import JobShape
 from slurm_arnold.placement.mapping import map_allocation
 
@@ -70,9 +73,12 @@ def time_at(nodes: int = 1024, seeds: int = 3) -> dict[str, Any]:
             "median_s": round(statistics.median(times), 3), "max_s": round(max(times), 3)}
 
 
-def live_prolog(runs: int = 5) -> dict[str, Any]:
+def live_prolog(runs: int = 5, against: Path | None = None) -> dict[str, Any]:
     """Wall time of the local cluster's PrologSlurmctld for a held ``#ARNOLD`` job (its rank
-    file removed before each run, so each run maps) and for a held plain job."""
+    file removed before each run, so each run maps) and for a held plain job; and of
+    ``arnold-prolog`` itself for the plain job (what the shell wrapper spares most jobs: the
+    Python program's start-up), beside ``against``'s (another install, e.g. of an earlier
+    commit) in the same run."""
     from site_config import load_config
     from slurm_arnold.prolog import admin_rankfile
     from slurm_arnold.slurm import Slurm
@@ -105,6 +111,7 @@ def live_prolog(runs: int = 5) -> dict[str, Any]:
             out[f"{name}_median_s"] = round(statistics.median(times), 3)
             out[f"{name}_max_s"] = round(max(times), 3)
         out["mapped_wrote_rankfile"] = admin_rankfile(config, arnold_job).exists()
+        out |= _python_prolog(plain_job, picked[:1], runs, against)
     finally:
         for job_id in (arnold_job, plain_job):
             slurm.cancel(job_id)
@@ -113,8 +120,40 @@ def live_prolog(runs: int = 5) -> dict[str, Any]:
     return out
 
 
+def _python_prolog(job_id: int, nodes: list[str], runs: int,
+                   against: Path | None) -> dict[str, Any]:
+    """Median wall time of ``arnold-prolog`` (this install's, and ``against``'s, alternately)
+    for a job that asks for nothing."""
+    from benchmarks.overhead import _installed
+
+    programs = {"python": Path(_installed("arnold-prolog"))}
+    if against is not None:
+        programs["against"] = against / "bin" / "arnold-prolog"
+        if not programs["against"].exists():
+            raise ArnoldError(f"--against {against}: no bin/arnold-prolog there; give a venv "
+                              "with slurm-arnold installed")
+    env = {**os.environ, "SLURM_JOB_ID": str(job_id), "SLURM_JOB_UID": "0",
+           "SLURM_JOB_USER": "root", "SLURM_JOB_NODELIST": ",".join(nodes)}
+    times: dict[str, list[float]] = {name: [] for name in programs}
+    for _ in range(runs):
+        for name, program in programs.items():
+            t0 = time.perf_counter()
+            subprocess.run([str(program)], env=env, capture_output=True, check=True,
+                           timeout=120)
+            times[name].append(time.perf_counter() - t0)
+    out: dict[str, Any] = {"nothing_asked_python_median_s":
+                           round(statistics.median(times["python"]), 3)}
+    if against is not None:
+        other = statistics.median(times["against"])
+        out["against"] = {"install": str(against), "nothing_asked_python_median_s":
+                          round(other, 3),
+                          "ratio": round(statistics.median(times["python"]) / other, 3)}
+    return out
+
+
 def run(quick: bool = False, live: bool = False,
-        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+        progress: Callable[[str], None] | None = None,
+        against: Path | None = None) -> dict[str, Any]:
     """The whole benchmark (``quick``: 6 allocations on the 1k scale, 256 nodes)."""
     seeds = range(0, 12, 2) if quick else range(50)
     cases = []
@@ -148,7 +187,7 @@ def run(quick: bool = False, live: bool = False,
     if live:
         if progress:
             progress("the local cluster's PrologSlurmctld")
-        result["live"] = live_prolog(2 if quick else 5)
+        result["live"] = live_prolog(2 if quick else 5, against)
     return result
 
 
@@ -175,9 +214,19 @@ def markdown(result: dict[str, Any], command: str) -> str:
     live = result.get("live")
     if live:
         lines.append(
-            f"- On the local cluster, slurmctld's PrologSlurmctld (`{live['prolog']}`, the site "
-            f"install): a {live['nodes']}-node `#ARNOLD` job mapped in median "
+            "- On the local cluster, slurmctld's PrologSlurmctld "
+            f"(`{repo_relative(live['prolog'])}`, the site install): a {live['nodes']}-node "
+            "`#ARNOLD` job mapped in median "
             f"**{live['mapped_median_s']} s** (max {live['mapped_max_s']} s); a job asking "
             f"for nothing (what every job pays at start) **{live['nothing_asked_median_s']} s** "
-            f"(max {live['nothing_asked_max_s']} s).")
+            f"(max {live['nothing_asked_max_s']} s); `arnold-prolog` itself, which the "
+            "wrapper spares such jobs, "
+            f"**{live.get('nothing_asked_python_median_s', '?')} s**.")
+        other = live.get("against")
+        if other:
+            lines.append(
+                f"- Side by side in the same run, `arnold-prolog` of "
+                f"{repo_relative(other['install'])} for the same job: "
+                f"**{other['nothing_asked_python_median_s']} s**; this install's over it: "
+                f"x{other['ratio']}.")
     return "\n".join(lines)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.placement import repo_relative
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.slurm import Slurm
 
@@ -45,22 +46,39 @@ def _installed(name: str) -> str:
     return str(site if site.exists() else Path(sys.executable).parent / name)
 
 
-def run(runs: int = 9, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """``runs`` pairs of submissions; medians, their difference and ratio."""
+def run(runs: int = 9, progress: Callable[[str], None] | None = None,
+        against: Path | None = None) -> dict[str, Any]:
+    """``runs`` pairs of submissions; medians, their difference and ratio. ``against``: another
+    install of slurm-arnold (a venv, e.g. of an earlier commit) whose arnold-sbatch joins each
+    round, so both are measured side by side in one run."""
     slurm = Slurm()
     arnold = _installed("arnold-sbatch")
-    plain: list[float] = []
-    ours: list[float] = []
+    commands = {"sbatch": ["sbatch", *JOB], "arnold-sbatch": [arnold, *OURS, *JOB]}
+    if against is not None:
+        other = against / "bin" / "arnold-sbatch"
+        if not other.exists():
+            raise ArnoldError(f"--against {against}: no bin/arnold-sbatch there; give a venv "
+                              "with slurm-arnold installed")
+        commands["against"] = [str(other), *OURS, *JOB]
+    times: dict[str, list[float]] = {name: [] for name in commands}
     for i in range(runs):
-        for which, cmd in (("sbatch", ["sbatch", *JOB]), ("arnold-sbatch", [arnold, *OURS, *JOB])):
+        for name, cmd in commands.items():
             seconds, job_id = _timed(cmd)
             slurm.cancel(job_id)
-            (plain if which == "sbatch" else ours).append(seconds)
+            times[name].append(seconds)
         if progress:
-            progress(f"pair {i + 1}/{runs}: sbatch {plain[-1]:.3f} s, arnold-sbatch "
-                     f"{ours[-1]:.3f} s")
-    med_plain, med_ours = statistics.median(plain), statistics.median(ours)
-    return {"runs": runs, "install": str(Path(arnold).parent.parent),
+            progress(f"round {i + 1}/{runs}: " + ", ".join(
+                f"{name} {values[-1]:.3f} s" for name, values in times.items()))
+    med_plain = statistics.median(times["sbatch"])
+    med_ours = statistics.median(times["arnold-sbatch"])
+    compared = {}
+    if against is not None:
+        med_other = statistics.median(times["against"])
+        compared = {"against": {"install": str(against),
+                                "arnold_sbatch_median_s": round(med_other, 3),
+                                "overhead_median_s": round(med_other - med_plain, 3),
+                                "ratio": round(med_ours / med_other, 3)}}
+    return {**compared, "runs": runs, "install": str(Path(arnold).parent.parent),
             "jobs_known": len(slurm.jobs()), "sbatch_median_s": round(med_plain, 3),
             "arnold_sbatch_median_s": round(med_ours, 3),
             "overhead_median_s": round(med_ours - med_plain, 3),
@@ -74,7 +92,7 @@ def markdown(result: dict[str, Any], command: str) -> str:
         "## arnold-sbatch overhead", "",
         f"Command: `{command}` (on the 64-node local cluster; setup in "
         "`benchmarks/overhead.py`: a held 16-node TP8 x PP4 x DP4 job, alternating; "
-        f"arnold-sbatch from {result.get('install', 'this venv')}; "
+        f"arnold-sbatch from {repo_relative(result.get('install', 'this venv'))}; "
         f"{result.get('jobs_known', '?')} jobs known to slurmctld; arnold-sbatch lists only the "
         "unfinished ones, as text, since `squeue --json` ignores filters and lists every "
         "finished job too).", "",
@@ -82,8 +100,18 @@ def markdown(result: dict[str, Any], command: str) -> str:
         f"arnold-sbatch **{result['arnold_sbatch_median_s']} s**: overhead "
         f"**{result['overhead_median_s']} s** (x{result['ratio']}); target <= 1 s: "
         f"{'met' if result['target_met'] else 'NOT met'}.",
+        *_against_lines(result),
         *_multi_user_lines(result.get("multi_user")),
     ])
+
+
+def _against_lines(result: dict[str, Any]) -> list[str]:
+    other = result.get("against")
+    if other is None:
+        return []
+    return [f"- side by side in the same run, arnold-sbatch of {repo_relative(other['install'])}: "
+            f"median **{other['arnold_sbatch_median_s']} s** (overhead "
+            f"{other['overhead_median_s']} s); this install's over it: x{other['ratio']}."]
 
 
 def _multi_user_lines(m: dict[str, Any] | None) -> list[str]:

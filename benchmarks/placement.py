@@ -290,6 +290,16 @@ def _targets(s: dict[str, Any]) -> str:
     return "Targets: " + "; ".join(parts) + "."
 
 
+def repo_relative(path: str | Path) -> str:
+    """``path`` as the docs show it: relative to the checkout where it lies inside it (a
+    reader's checkout is elsewhere), else as given."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        return str(Path(path).absolute().relative_to(root))
+    except ValueError:
+        return str(path)
+
+
 def write_section(path: Path, name: str, text: str) -> None:
     """Replace (or append) the section between ``<!-- name:start -->`` and ``<!-- name:end -->``."""
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"

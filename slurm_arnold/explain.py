@@ -143,7 +143,7 @@ def picture(ours: Placement, theirs: Placement, view: ClusterView, path: Path) -
     note = f" ({hidden} more minipods not drawn)" if hidden else ""
     fig.suptitle(f"TP{ours.job.tp} x PP{ours.job.pp} x DP{ours.job.dp} on {ours.job.nodes} "
                  f"nodes: colour = stage, number = replica; grey free, hatched busy{note}",
-                 fontsize=9)
+                 fontsize=9, y=1.0, va="bottom")  # above the panels' own titles, never on them
     return save_figure(fig, path, "--picture (or --explain=PATH)",
                        format="png" if path.suffix.lower() == ".png" else "svg", dpi=120,
                        bbox_inches="tight")

@@ -257,3 +257,21 @@ def test_place_time_limit_counts_from_the_command_not_the_import(
                                        "2", "--dp", "2", "--time-limit", "30"])
     assert result.exit_code == 0, result.output
     assert len(given) == 1 and 20 < given[0] <= 30
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_other_libraries_news_stays_out_of_arnold_sbatch_output(debug: bool) -> None:
+    # matplotlib logs "generated new fontManager" at INFO on a fresh machine; arnold-sbatch
+    # shows its own news at INFO, others' only from WARNING up (all of it with ARNOLD_DEBUG).
+    code = ("import logging; from slurm_arnold.cli.sbatch import setup_logging; "
+            "setup_logging([]); "
+            "logging.getLogger('matplotlib.font_manager').info('generated new fontManager'); "
+            "logging.getLogger('matplotlib').warning('a real problem'); "
+            "logging.getLogger('slurm_arnold.submit.flow').info('placed on n[001-016]')")
+    env = {k: v for k, v in os.environ.items() if k != "ARNOLD_DEBUG"}
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**env, **({"ARNOLD_DEBUG": "1"} if debug else {})}
+                         ).stderr
+    assert "arnold-sbatch: placed on n[001-016]" in err
+    assert "arnold-sbatch: warning: a real problem" in err
+    assert ("generated new fontManager" in err) == debug

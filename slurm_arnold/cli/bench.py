@@ -10,7 +10,13 @@ import click
 from rich.console import Console
 
 from slurm_arnold.cli.bench_sim import bench_sim
-from slurm_arnold.cli.options import Finite, docs_option, json_option, quick_option
+from slurm_arnold.cli.options import (
+    Finite,
+    against_option,
+    docs_option,
+    json_option,
+    quick_option,
+)
 from slurm_arnold.errors import ArnoldError
 
 
@@ -202,10 +208,11 @@ def bench_fidelity(quick: bool, n_jobs: int, first: int, scale: float, data: str
                    "(root: makes the users).")
 @click.option("--bursts", type=click.IntRange(min=1), default=5, show_default=True,
               help="How many times the multi-user burst is repeated (quick: 1).")
+@against_option
 @docs_option
 @json_option()
-def bench_sbatch(quick: bool, runs: int, multi_user: bool, bursts: int, docs: str,
-                 as_json: bool) -> None:
+def bench_sbatch(quick: bool, runs: int, multi_user: bool, bursts: int, against: str | None,
+                 docs: str, as_json: bool) -> None:
     """Median wall time of arnold-sbatch vs plain sbatch for a 16-node job, and the latency of
     many users submitting at once (live cluster)."""
     from benchmarks import multiuser
@@ -213,14 +220,16 @@ def bench_sbatch(quick: bool, runs: int, multi_user: bool, bursts: int, docs: st
     from benchmarks.placement import write_section
 
     result = run(2 if quick else runs,
-                 progress=lambda what: click.echo(f"arnold: bench sbatch: {what}", err=True))
+                 progress=lambda what: click.echo(f"arnold: bench sbatch: {what}", err=True),
+                 against=Path(against) if against else None)
     if multi_user:
         users = multiuser.USERS[:2] if quick else multiuser.USERS
         result["multi_user"] = multiuser.bench(per_user=2 if quick else 5, users=users,
                                                rounds=1 if quick else bursts)
     if not quick:
         write_section(Path(docs), "sbatch-overhead",
-                      markdown(result, f"arnold bench sbatch --runs {runs} --bursts {bursts}"))
+                      markdown(result, f"arnold bench sbatch --runs {runs} --bursts {bursts}"
+                               + (" --against VENV" if against else "")))
     if as_json:
         click.echo(json.dumps(result))
         return
@@ -270,19 +279,25 @@ def bench_queue(quick: bool, n_jobs: int, period: float, seed: int, docs: str,
 @quick_option("6 allocations, 256 nodes")
 @click.option("--live/--no-live", default=True, show_default=True,
               help="Also time the local cluster's PrologSlurmctld (needs the cluster).")
+@against_option
 @docs_option
 @json_option()
-def bench_mapping(quick: bool, live: bool, docs: str, as_json: bool) -> None:
+def bench_mapping(quick: bool, live: bool, against: str | None, docs: str,
+                  as_json: bool) -> None:
     """Ranks at job start: arnold-prolog's mapping vs Slurm's task order on random allocations
     of fragmented clusters, its time at 1,024 nodes, and the prolog's time live."""
     from benchmarks.mapping import markdown, run
     from benchmarks.placement import write_section
 
+    if against and not live:
+        raise click.UsageError("--against compares the live prolog: drop --no-live")
     result = run(quick, live,
-                 progress=lambda what: click.echo(f"arnold: bench mapping: {what}", err=True))
+                 progress=lambda what: click.echo(f"arnold: bench mapping: {what}", err=True),
+                 against=Path(against) if against else None)
     if not quick:
         write_section(Path(docs), "mapping", markdown(
-            result, "arnold bench mapping" + ("" if live else " --no-live")))
+            result, "arnold bench mapping" + ("" if live else " --no-live")
+            + (" --against VENV" if against else "")))
     if as_json:
         click.echo(json.dumps(result))
         return

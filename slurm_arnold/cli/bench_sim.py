@@ -207,7 +207,9 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
                               f"for --logs {logs}; pass --data DIR or --logs")
         if not quick:
             picked = "".join(f" --variant '{v}'" for v in only_variants)
-            write_section(Path(docs), variants_section(load, held_out, only_variants),
+            # Variants are measured against today's default; their tables are history.
+            write_section(Path(docs).with_name("sim-variants.md"),
+                          variants_section(load, held_out, only_variants),
                           variants_markdown(
                               measured, f"arnold bench sim --logs {logs} --scale 0 --variants "
                               f"--load {load:g}" + (" --held-out" if held_out else "") + picked,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 import hostlist
@@ -22,7 +23,8 @@ BINDING_STATUS = {"bind": "bound", "repair": "repaired", "replan": "replanned",
               help="How many of the most recent jobs.")
 @json_option("one JSON list")
 def jobs_cmd(limit: int, as_json: bool) -> None:
-    """Jobs submitted through arnold-sbatch: shape, placement, spreads, rank-order file."""
+    """Jobs submitted through arnold-sbatch: shape, placement, spreads, rank-order file (its
+    name; the whole path with ``arnold -v jobs`` and in --json)."""
     from reservations.records import Records
     from slurm_arnold.errors import StateError
     from slurm_arnold.site_state import caller, open_site_db, open_user_db, user_db_path
@@ -67,13 +69,19 @@ def jobs_cmd(limit: int, as_json: bool) -> None:
     from slurm_arnold.cli.tables import show
     from slurm_arnold.cli.tables import table as new_table
 
+    # A rank file's path (its user's jobs directory, or the admin side's) would fold into a
+    # dozen lines at 80 columns: its name here, the path with -v and in --json.
+    whole = click.get_current_context().find_root().params.get("verbose", 0) > 0
     table = new_table("job", "user", "status", "TPxPPxDP", "placement", "DP/PP spread",
-                      "nodes", "rank-order file", title=f"arnold jobs ({mine})")
+                      "nodes", "rank-order file",
+                      title=f"arnold jobs ({mine})" if whole else "arnold jobs")
     for row in rows:
+        rankfile = str(row["rankfile"] or "")
         m = row["metrics"] or {}
         table.add_row(str(row["slurm_job_id"]), row["user"], row["status"],
                       f"{row['tp']}x{row['pp']}x{row['dp']}", str(row["placement"]),
                       f"{m.get('max_dp_spread')}/{m.get('max_pp_spread')}",
-                      hostlist.collect_hostlist(row["nodes"]), row["rankfile"] or "")
+                      hostlist.collect_hostlist(row["nodes"]),
+                      rankfile if whole else Path(rankfile).name)
     show(table)
 

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from slurm_arnold.cli.errors import unexpected
+from slurm_arnold.cli.logs import show
 from slurm_arnold.errors import ArnoldError
 
 #: Every command of ``arnold``: its module and the click command in it (``module:name``),
@@ -69,8 +70,9 @@ class ArnoldGroup(click.Group):
 def setup_logging(verbose: int) -> None:
     """Logs go to stderr: WARNING by default, INFO with -v, DEBUG (every Slurm command) with -vv."""
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format="arnold: %(levelname)s: %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("arnold: %(levelname)s: %(name)s: %(message)s"))
+    show(level, handler)
 
 
 @click.group(cls=ArnoldGroup, context_settings={"help_option_names": ["-h", "--help"]})

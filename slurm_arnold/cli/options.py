@@ -114,3 +114,11 @@ docs_option = click.option(
     "--docs", type=click.Path(dir_okay=False), default=_default_docs,
     show_default="the checkout's docs/benchmarks.md", callback=_writable_docs,
     help="Where the full run writes its section.")
+
+
+#: ``--against VENV``: another install of slurm-arnold (e.g. a venv of an earlier commit),
+#: measured side by side with this one in the same run.
+against_option = click.option(
+    "--against", type=click.Path(file_okay=False, exists=True), default=None,
+    help="Also time this other install (a venv with slurm-arnold, e.g. of an earlier commit), "
+         "alternating with this one in the same run.")

@@ -12,12 +12,15 @@ import logging
 import os
 import sys
 
+from slurm_arnold.cli.logs import show
+
 
 def main() -> None:
     """Entry point of ``arnold-prolog``."""
     level = logging.DEBUG if os.environ.get("ARNOLD_DEBUG") else logging.INFO
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format="arnold-prolog: %(levelname)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("arnold-prolog: %(levelname)s: %(message)s"))
+    show(level, handler)
     log = logging.getLogger("arnold-prolog")
     from site_config import load_config
     from slurm_arnold.errors import ArnoldError

@@ -14,6 +14,7 @@ import os
 import sys
 
 from site_config import load_config
+from slurm_arnold.cli.logs import show
 from slurm_arnold.errors import ArnoldError
 from slurm_arnold.submit.flow import submit
 
@@ -45,7 +46,7 @@ def setup_logging(args: list[str]) -> None:
              else logging.WARNING if quiet else logging.INFO)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Labels())
-    logging.basicConfig(level=level, handlers=[handler])
+    show(level, handler)
 
 
 def main(argv: list[str] | None = None) -> None:
