@@ -226,7 +226,7 @@ def markdown(result: dict[str, Any], command: str) -> str:
         if other:
             lines.append(
                 f"- Side by side in the same run, `arnold-prolog` of "
-                f"{repo_relative(other['install'])} for the same job: "
+                f"`{Path(other['install']).name}` (--against) for the same job: "
                 f"**{other['nothing_asked_python_median_s']} s**; this install's over it: "
                 f"x{other['ratio']}.")
     return "\n".join(lines)

@@ -109,9 +109,10 @@ def _against_lines(result: dict[str, Any]) -> list[str]:
     other = result.get("against")
     if other is None:
         return []
-    return [f"- side by side in the same run, arnold-sbatch of {repo_relative(other['install'])}: "
-            f"median **{other['arnold_sbatch_median_s']} s** (overhead "
-            f"{other['overhead_median_s']} s); this install's over it: x{other['ratio']}."]
+    return ["- side by side in the same run, arnold-sbatch of "
+            f"`{Path(other['install']).name}` (--against): median "
+            f"**{other['arnold_sbatch_median_s']} s** (overhead {other['overhead_median_s']} s); "
+            f"this install's over it: x{other['ratio']}."]
 
 
 def _multi_user_lines(m: dict[str, Any] | None) -> list[str]:
