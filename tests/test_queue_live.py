@@ -185,6 +185,12 @@ def test_a_queued_job_moves_to_nodes_that_free_first(slurm: Slurm, site: SiteCon
                            capture_output=True, text=True, cwd="/").stdout
     assert "…" not in table and max(len(line) for line in table.splitlines()) <= 80
     assert str(job_id) in table and "bound" in table
+    # The rank file's path (a dozen folded lines at 80 columns) only with -v.
+    assert "rankorder" not in table
+    verbose = subprocess.run(as_user(USER, [str(multiuser.site_venv() / "bin" / "arnold"), "-v",
+                                            "jobs"], env={"COLUMNS": "200"}),
+                             capture_output=True, text=True, cwd="/").stdout
+    assert shown["rankfile"] in verbose
     slurm.cancel(slow)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 import hostlist
@@ -23,8 +22,8 @@ BINDING_STATUS = {"bind": "bound", "repair": "repaired", "replan": "replanned",
               help="How many of the most recent jobs.")
 @json_option("one JSON list")
 def jobs_cmd(limit: int, as_json: bool) -> None:
-    """Jobs submitted through arnold-sbatch: shape, placement, spreads, rank-order file (its
-    name; the whole path with ``arnold -v jobs`` and in --json)."""
+    """Jobs submitted through arnold-sbatch: shape, placement, spreads, nodes (and the
+    rank-order file with ``arnold -v jobs``; everything in --json)."""
     from reservations.records import Records
     from slurm_arnold.errors import StateError
     from slurm_arnold.site_state import caller, open_site_db, open_user_db, user_db_path
@@ -66,22 +65,27 @@ def jobs_cmd(limit: int, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows))
         return
-    from slurm_arnold.cli.tables import show
-    from slurm_arnold.cli.tables import table as new_table
+    from rich import box
+    from rich.table import Table
 
-    # A rank file's path (its user's jobs directory, or the admin side's) would fold into a
-    # dozen lines at 80 columns: its name here, the path with -v and in --json.
+    from slurm_arnold.cli.tables import show
+
+    # Every job here is the caller's, so no user column; a rank file's path (its user's jobs
+    # directory, or the admin side's) would fold into a dozen lines at 80 columns: with -v,
+    # and in --json. Short columns never wrap, the rest fold (never cut to "...").
     whole = click.get_current_context().find_root().params.get("verbose", 0) > 0
-    table = new_table("job", "user", "status", "TPxPPxDP", "placement", "DP/PP spread",
-                      "nodes", "rank-order file",
-                      title=f"arnold jobs ({mine})" if whole else "arnold jobs")
+    columns = ["job", "status", "TPxPPxDP", "placement", "DP/PP", "nodes",
+               *(["rank-order file"] if whole else [])]
+    table = Table(title=f"arnold jobs of {caller()}" + (f" ({mine})" if whole else ""),
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in columns:
+        table.add_column(name, overflow="fold", no_wrap=name in ("job", "TPxPPxDP", "DP/PP"))
     for row in rows:
-        rankfile = str(row["rankfile"] or "")
         m = row["metrics"] or {}
-        table.add_row(str(row["slurm_job_id"]), row["user"], row["status"],
+        table.add_row(str(row["slurm_job_id"]), row["status"],
                       f"{row['tp']}x{row['pp']}x{row['dp']}", str(row["placement"]),
                       f"{m.get('max_dp_spread')}/{m.get('max_pp_spread')}",
                       hostlist.collect_hostlist(row["nodes"]),
-                      rankfile if whole else Path(rankfile).name)
+                      *([str(row["rankfile"] or "")] if whole else []))
     show(table)
 
