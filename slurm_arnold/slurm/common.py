@@ -146,18 +146,3 @@ def json_version(doc: Mapping[str, Any]) -> str:
     meta = doc.get("meta", {})
     plugin = meta.get("plugin", {})
     return str(plugin.get("type") or plugin.get("data_parser") or "")
-
-
-#: The --json schemas each parser family reads, as ``meta.plugin`` names them.
-JSON_V0038 = frozenset({"openapi/v0.0.38", "openapi/dbv0.0.38"})
-JSON_V004X = frozenset(f"data_parser/v0.0.{n}" for n in range(42, 46))
-
-
-def json_family(version: tuple[int, int]) -> str | None:
-    """Which of our JSON parsers a Slurm of ``version`` needs ("v0.0.38", "v0.0.4x"), or
-    None for text (23.02 to 24.05, whose schemas we do not read)."""
-    if version == (22, 5):
-        return "v0.0.38"
-    if version >= (24, 11):
-        return "v0.0.4x"
-    return None
