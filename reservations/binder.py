@@ -40,8 +40,6 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import hostlist
-
 from predictor.live import LivePredictor
 from reservations.records import Records
 from site_config import SiteConfig
@@ -60,7 +58,13 @@ from slurm_arnold.snapshot.queue import (
     taken_by_queue,
 )
 from slurm_arnold.snapshot.snapshot import Snapshot
-from slurm_arnold.snapshot.view import ClusterView, free_nodes, may_use, narrow_free
+from slurm_arnold.snapshot.view import (
+    ClusterView,
+    free_nodes,
+    hostlist_text,
+    may_use,
+    narrow_free,
+)
 from slurm_arnold.snapshot.wait_plan import plan_nodes
 from slurm_arnold.state import StateDB
 from slurm_arnold.submit.spec import BadSpec, JobSpec, read_spec
@@ -182,7 +186,7 @@ class Binder:
                     kept.placement.metrics.weighted_spread <= placement.metrics.weighted_spread:
                 return kept
             return Move("bind", f"{len(free)} suitable nodes free now"
-                        + (f", {_hl(lost)} unusable" if lost else
+                        + (f", {hostlist_text(lost)} unusable" if lost else
                            "; its planned nodes were still busy"), placement, snap.now)
         if not lost:
             return self._replan(snap, predictor, job, spec, usable - (named - current))
@@ -241,7 +245,8 @@ class Binder:
                                   time_limit=self.time_limit, weights=self.weights(topo, spec))
                 start = max([snap.now, *(drain.get(n, snap.now) for n in nodes)])
                 options.append((_cost(start, snap.now, placement, weight), Move(
-                    "repair", f"{_hl(lost)} unusable: replaced by {_hl(chosen)}",
+                    "repair",
+                    f"{hostlist_text(lost)} unusable: replaced by {hostlist_text(chosen)}",
                     placement, start)))
             except InfeasibleError as exc:
                 log.info("job %d: the nearest spares do not fit its shape (%s)", job.job_id,
@@ -258,10 +263,10 @@ class Binder:
             choice = None
         if choice is not None and set(choice.nodes) <= usable:  # so none of the lost ones
             options.append((_cost(choice.expected_start, snap.now, choice.placement, weight),
-                            Move("repair", f"{_hl(lost)} unusable: planned afresh",
+                            Move("repair", f"{hostlist_text(lost)} unusable: planned afresh",
                                  choice.placement, choice.expected_start)))
         if not options:
-            raise InfeasibleError(f"{_hl(lost)} unusable and no spare fits; it waits")
+            raise InfeasibleError(f"{hostlist_text(lost)} unusable and no spare fits; it waits")
         # Ties go to the replacement, which keeps the most of the plan.
         return min(options, key=lambda o: o[0])[1]
 
@@ -281,8 +286,8 @@ class Binder:
                               weights=self.weights(snap.view.topology, spec))
         except InfeasibleError:
             return None
-        return Move("repair", f"{_hl(gone)} unusable or taken: replaced by {_hl(chosen)}, "
-                    "free now", placement, snap.now)
+        return Move("repair", f"{hostlist_text(gone)} unusable or taken: replaced by "
+                    f"{hostlist_text(chosen)}, free now", placement, snap.now)
 
     # -- applying -------------------------------------------------------------------------
     def _apply(self, snap: Snapshot, job: JobInfo, spec: JobSpec, move: Move) -> None:
@@ -294,8 +299,8 @@ class Binder:
                                   stem=str(job.job_id), parallelism=spec.parallelism)
         name = reservation_name(job.job_id)
         if name in snap.reservations:
-            self.slurm.update_reservation(name, Nodes=_hl(nodes))
-        self.slurm.update_job(job.job_id, ReqNodeList=_hl(nodes))
+            self.slurm.update_reservation(name, Nodes=hostlist_text(nodes))
+        self.slurm.update_job(job.job_id, ReqNodeList=hostlist_text(nodes))
         before = sorted(job.required_nodes)
         Records(self.state).binding(
             job.job_id, job.user, move.kind, move.reason, nodes, before,
@@ -303,8 +308,8 @@ class Binder:
             expected_start=move.expected_start, now=snap.now, rankfile=str(rankfile),
             reservation=name if name in snap.reservations else None)
         verb = {"bind": "bound", "repair": "repaired", "replan": "replanned"}[move.kind]
-        self.actions.append(f"{verb} job {job.job_id} on {_hl(nodes)} ({move.reason}; weighted "
-                            f"spread {move.placement.metrics.weighted_spread:.2f})")
+        self.actions.append(f"{verb} job {job.job_id} on {hostlist_text(nodes)} ({move.reason}; "
+                            f"weighted spread {move.placement.metrics.weighted_spread:.2f})")
 
     def _clean(self, snap: Snapshot) -> None:
         """Rank files of jobs that left the queue a while ago."""
@@ -354,8 +359,4 @@ def _cost(start: float, now: float, placement: Placement, weight_h: float) -> fl
 
 def _minutes(seconds: float) -> str:
     return f"{max(0.0, seconds) / 60:.0f} min"
-
-
-def _hl(nodes: Iterable[str]) -> str:
-    return str(hostlist.collect_hostlist(list(nodes)))
 

@@ -7,8 +7,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import hostlist
-
 from predictor.live import LivePredictor
 from reservations.context import Loop
 from reservations.policy import ReservationChoice, lpj_layout
@@ -17,6 +15,7 @@ from slurm_arnold.placement import JobShape, place
 from slurm_arnold.slurm import JobInfo
 from slurm_arnold.snapshot.queue import ALIVE, reservation_name
 from slurm_arnold.snapshot.snapshot import Snapshot
+from slurm_arnold.snapshot.view import hostlist_text
 from slurm_arnold.snapshot.wait_plan import plan_nodes
 
 
@@ -99,7 +98,7 @@ def plan_lpj(loop: Loop, job_id: int, snap: Snapshot, predictor: LivePredictor) 
             if taken:
                 # Reserved from now, they would wait for this job: it would pass that one.
                 raise InfeasibleError(
-                    f"job {job_id} asks for {_hostlist(taken)}, which job {first.job_id}, "
+                    f"job {job_id} asks for {hostlist_text(taken)}, which job {first.job_id}, "
                     "ahead of it in the queue, waits for by name; not reserved until that "
                     "job starts")
         start = max([snap.now, *(drain.get(n, snap.now) for n in job.required_nodes)])
@@ -135,7 +134,7 @@ def plan_lpj(loop: Loop, job_id: int, snap: Snapshot, predictor: LivePredictor) 
     if left_out:
         # Bound to a reservation without them, the job could never start.
         raise InfeasibleError(
-            f"job {job_id} asks for {_hostlist(left_out)} by name (-w) among its "
+            f"job {job_id} asks for {hostlist_text(left_out)} by name (-w) among its "
             f"{shape.nodes} nodes, but the best nodes to reserve for it leave "
             f"{'it' if len(left_out) == 1 else 'them'} out; not reserved (it waits as an "
             "ordinary job; name all of its nodes or none to be reserved)")
@@ -145,7 +144,3 @@ def plan_lpj(loop: Loop, job_id: int, snap: Snapshot, predictor: LivePredictor) 
                 choice.placement.metrics.weighted_spread, "policy", choice,
                 choice.expected_start - snap.now <= horizon, predictor.name, slurm_start,
                 choice.idle_node_h, saved_h, pays)
-
-
-def _hostlist(nodes: Any) -> str:
-    return str(hostlist.collect_hostlist(list(nodes)))

@@ -20,8 +20,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-import hostlist
-
 from predictor.live import LivePredictor
 from reservations.admission import admit, expected_start
 from reservations.binder import Binder
@@ -39,6 +37,7 @@ from slurm_arnold.snapshot.queue import (
     reservation_name,
 )
 from slurm_arnold.snapshot.snapshot import Snapshot
+from slurm_arnold.snapshot.view import hostlist_text
 
 log = logging.getLogger(__name__)
 
@@ -170,16 +169,16 @@ def _off_lost_nodes(loop: Loop, snap: Snapshot, predictor: LivePredictor, name: 
     try:
         plan = plan_lpj(loop, lpj.job_id, snap, predictor)
     except InfeasibleError as exc:
-        log.warning("%s: %s unusable and no new nodes for job %d: %s", name, _hostlist(lost),
+        log.warning("%s: %s unusable and no new nodes for job %d: %s", name, hostlist_text(lost),
                     lpj.job_id, exc)
         return snap
     try:
-        loop.slurm.update_reservation(name, Nodes=_hostlist(plan.nodes))
+        loop.slurm.update_reservation(name, Nodes=hostlist_text(plan.nodes))
     except SlurmError as exc:
-        log.warning("%s: %s unusable; moving it failed: %s", name, _hostlist(lost), exc)
+        log.warning("%s: %s unusable; moving it failed: %s", name, hostlist_text(lost), exc)
         return snap
-    loop.actions.append(f"moved {name} off {_hostlist(lost)} (unusable) to "
-                        f"{_hostlist(plan.nodes)}")
+    loop.actions.append(f"moved {name} off {hostlist_text(lost)} (unusable) to "
+                        f"{hostlist_text(plan.nodes)}")
     loop.records.update_reservation(name, nodes=list(plan.nodes),
                                     expected_start=plan.expected_start,
                                     weighted_spread=plan.spread)
@@ -221,7 +220,3 @@ def _adopt(loop: Loop, snap: Snapshot, name: str, lpj: JobInfo) -> None:
                                   expected_start=snap.now, weighted_spread=None,
                                   source="adopted", now=snap.now)
     loop.actions.append(f"adopted {name} (made by a run that stopped before recording it)")
-
-
-def _hostlist(nodes: Sequence[str]) -> str:
-    return str(hostlist.collect_hostlist(list(nodes)))

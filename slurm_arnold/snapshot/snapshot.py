@@ -12,8 +12,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import hostlist
-
 from reservations.policy import expected_end
 from site_config import SiteConfig
 from slurm_arnold.errors import ArnoldError, InfeasibleError
@@ -27,7 +25,7 @@ from slurm_arnold.snapshot.queue import (
     queue_order,
     reservation_name,
 )
-from slurm_arnold.snapshot.view import ClusterView, narrow_free
+from slurm_arnold.snapshot.view import ClusterView, hostlist_text, narrow_free
 
 
 class Predictions(Protocol):
@@ -83,7 +81,7 @@ class Snapshot:
         :class:`InfeasibleError` for a constraint richer than ``a``, ``a&b``, ``a|b``."""
         partitions: list[str | None] = [p for p in job.partition.split(",") if p] or [None]
         usable = {n for p in partitions for n in self.usable(p)}
-        narrowing = {"exclude": _hostlist(job.excluded_nodes)} if job.excluded_nodes else {}
+        narrowing = {"exclude": hostlist_text(job.excluded_nodes)} if job.excluded_nodes else {}
         if job.features:
             narrowing["constraint"] = job.features
         try:
@@ -162,7 +160,3 @@ class Snapshot:
                 continue
             out.append(job)
         return sorted(out, key=queue_order)
-
-
-def _hostlist(nodes: Iterable[str]) -> str:
-    return str(hostlist.collect_hostlist(list(nodes)))

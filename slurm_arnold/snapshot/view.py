@@ -148,3 +148,8 @@ def narrow_free(view: ClusterView, sbatch: Mapping[str, str], claimed: set[str])
         free = {n for n in free if n in view.nodes
                 and _matches_constraint(view.nodes[n].features, sbatch["constraint"])}
     return free
+
+
+def hostlist_text(nodes: Iterable[str]) -> str:
+    """Node names as one Slurm hostlist (``n[001-004]``), as messages and scontrol take them."""
+    return str(hostlist.collect_hostlist(list(nodes)))
