@@ -13,13 +13,18 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 SLURM ?= 22.05
 ifeq ($(SLURM),22.05)
 ENV_FILE := devcluster.env
+else ifeq ($(SLURM),25.11)
+# Slurm 25.11 built from SchedMD's source (../shared/vendor) with what its configure needs.
+ENV_FILE := devcluster-$(SLURM).env
+APT_PACKAGES += libmunge-dev libmariadb-dev libmariadb-dev-compat libjson-c-dev \
+	libhttp-parser-dev libyaml-dev libjwt-dev
 else
 ENV_FILE := devcluster-$(SLURM).env
 APT_PACKAGES += debootstrap patchelf
 endif
 DEVCLUSTER := python3 site_config/devcluster/devcluster.py --slurm $(SLURM)
 
-.PHONY: help system spank venv cluster cluster-down cluster-status test lint fuzz demo clean
+.PHONY: help system spank venv cluster cluster-down cluster-status test lint fuzz demo clean pyslurm
 
 help:
 	@echo "make demo          set up, start the local cluster, show the topology and a placement"
@@ -27,6 +32,7 @@ help:
 	@echo "make cluster       start the local Slurm cluster (idempotent); then: source devcluster.env"
 	@echo "make cluster-down  stop it"
 	@echo "SLURM=26.05        with any of these: the lane of Slurm 26.05 (source devcluster-26.05.env)"
+	@echo "SLURM=25.11        the lane of Slurm 25.11, built from source (source devcluster-25.11.env)"
 
 # Debian packages: installed only when one is missing (apt-get needs root).
 system:
@@ -59,6 +65,13 @@ endif
 cluster: system spank
 	$(DEVCLUSTER) up
 
+# On the 25.11 lane, pyslurm (built against it and cached once by `make cluster`) in .venv too,
+# so the tests reach Slurm through it as the site install does.
+pyslurm: venv cluster
+ifeq ($(SLURM),25.11)
+	$(PY) -m pip install -q --no-deps "$$($(DEVCLUSTER) wheel)"
+endif
+
 cluster-down:
 	$(DEVCLUSTER) down
 
@@ -74,14 +87,17 @@ FUZZ_SECONDS ?= 60
 fuzz: system
 	$(MAKE) -C spank fuzz FUZZ_SECONDS=$(FUZZ_SECONDS)
 
-test: venv cluster lint fuzz
-	source ./$(ENV_FILE) && $(VENV)/bin/pytest -q
+# LIVE_ONLY=1: only the tests that need the cluster (CI runs lint, the fuzzer and the other
+# tests once, on the first lane, and the live tests on every lane).
+LIVE_ONLY ?=
+test: venv cluster pyslurm $(if $(LIVE_ONLY),,lint fuzz)
+	source ./$(ENV_FILE) && $(VENV)/bin/pytest -q $(if $(LIVE_ONLY),-m live,)
 
-demo: venv cluster
+demo: venv cluster pyslurm
 	source ./$(ENV_FILE) && bash site_config/devcluster/demo.sh
 
 clean: cluster-down
 	@# .devcluster may be a symlink to /var/tmp (a checkout others cannot reach): remove both.
 	rm -rf "$$(readlink -f .devcluster)" .devcluster devcluster.env
-	$(MAKE) cluster-down SLURM=26.05
-	rm -rf "$$(readlink -f .devcluster-26.05)" .devcluster-26.05 devcluster-26.05.env
+	for lane in 26.05 25.11; do $(MAKE) cluster-down SLURM=$$lane; \
+		rm -rf "$$(readlink -f .devcluster-$$lane)" .devcluster-$$lane devcluster-$$lane.env; done

@@ -34,3 +34,16 @@ def test_second_up_restarts_nothing(slurm: Slurm) -> None:
     assert f"export PATH=$PATH:{run / 'venv' / 'bin'}" in env[1]  # the site install, last
     assert all(n.state == "IDLE" or n.gpus_used > 0 for n in slurm.nodes())
     assert slurm.version() == tuple(int(x) for x in LANE.split("."))
+
+
+def test_the_built_lane_says_where_to_put_slurms_source(tmp_path: Path) -> None:
+    # No tarball and no build: one line naming the directory to put SchedMD's tarball in.
+    env = {**os.environ, "ARNOLD_DEV_SLURM_SOURCES": str(tmp_path / "vendor"),
+           "ARNOLD_DEV_SLURM_BUILD": str(tmp_path / "slurm-25.11")}
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--slurm", "25.11", "root"],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr
+    assert "slurm-25.11.N.tar.xz" in lines[0] and str(tmp_path / "vendor") in lines[0]
+    assert not (tmp_path / "slurm-25.11").exists()

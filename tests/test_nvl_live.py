@@ -163,7 +163,7 @@ def test_the_offline_block_rule_is_slurms_own_choice(
 
     view = live_cluster(slurm, partition=PARTITION)
     assert view.free == {f"nvl0{i}" for i in (2, 3, 4, 6, 7, 8)}
-    ours = block_rule(view.topology, sorted(view.free), nodes, segment)
+    ours = block_rule(view.topology, sorted(view.free), nodes, segment, release=slurm.version())
     theirs = slurm.test_only(["-p", PARTITION, "-N", str(nodes), "--exclusive",
                               *([f"--segment={segment}"] if segment else [])])
     assert ours is not None

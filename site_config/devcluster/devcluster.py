@@ -26,12 +26,17 @@ directory, ports, munge key, job ids, ``arnold.toml`` and state directory.
 
 Standard library only: it runs before the project's virtual environment exists.
 
-Usage: devcluster.py [--slurm 22.05|26.05] up | down | status | root
-  (the lane may also come from ARNOLD_DEV_SLURM; ``root`` makes the 26.05 root if missing and
-  prints its path)
+A third lane, Slurm 25.11 (``--slurm 25.11``: the release most sites run, and the one pyslurm
+on PyPI builds against), is built from SchedMD's release tarball (``SLURM_SOURCES``, default
+``../shared/vendor`` beside the checkout) once into ``ARNOLD_DEV_SLURM_BUILD`` (default
+``/var/cache/slurm-arnold/slurm-25.11``, installed under its ``usr``), rebuilt when missing.
+
+Usage: devcluster.py [--slurm 22.05|26.05|25.11] up | down | status | root
+  (the lane may also come from ARNOLD_DEV_SLURM; ``root`` makes the lane's root (26.05) or
+  build (25.11) if missing and prints its path)
 Size: ARNOLD_DEV_MINIPODS (4), ARNOLD_DEV_LEAVES (leaves per minipod, 4),
 ARNOLD_DEV_NODES (nodes per leaf, 4), ARNOLD_DEV_GPUS (GPUs per node, 8),
-ARNOLD_DEV_PORT_BASE (16800 for 22.05, 18800 for 26.05).
+ARNOLD_DEV_PORT_BASE (16800 for 22.05, 18800 for 26.05, 20800 for 25.11).
 """
 
 from __future__ import annotations
@@ -66,13 +71,27 @@ class Lane:
     first_job_id: int
     #: Whether the lane adds the NVLink partition (``NVL``): topology.yaml needs Slurm 25.05+.
     nvl: bool = False
+    #: Whether ``root`` holds Slurm built from SchedMD's source (``ensure_build``: installed
+    #: under ``root/usr``) rather than Debian unstable's packages (``ensure_root``).
+    built: bool = False
 
 
 SID_ROOT = Path(os.environ.get("ARNOLD_DEV_SID_ROOT", "/var/cache/slurm-arnold/sid-root"))
+BUILD_ROOT = Path(os.environ.get("ARNOLD_DEV_SLURM_BUILD", "/var/cache/slurm-arnold/slurm-25.11"))
+#: Port bases keep every lane's ports apart at the default size (slurmds from base + 1001).
 LANES = {
     "22.05": Lane("22.05", "", 16800, None, 1),
     "26.05": Lane("26.05", "-26.05", 18800, SID_ROOT, 2_600_001, nvl=True),
+    "25.11": Lane("25.11", "-25.11", 20800, BUILD_ROOT, 2_511_001, nvl=True, built=True),
 }
+#: Where the built lane's source comes from: SchedMD's release tarball (``../shared/vendor``
+#: beside the checkout; a site would download it from SchedMD).
+SLURM_SOURCES = Path(os.environ.get("ARNOLD_DEV_SLURM_SOURCES", REPO.parent / "shared" / "vendor"))
+#: configure's options for the built lane: many slurmd on one host; no hwloc, NVML, lua or
+#: PMIx (the local cluster needs none of them).
+CONFIGURE_OPTIONS = ("--enable-multiple-slurmd", "--disable-debug")
+#: pyslurm for the built lane, pinned: each release builds against one Slurm release only.
+PYSLURM = "pyslurm==25.11.2"
 #: Debian unstable's packages the 26.05 lane installs into its root (MariaDB and munged are
 #: the host's: both speak the same protocols to the root's Slurm; patchelf too).
 SID_PACKAGES = ("slurmctld", "slurmd", "slurmdbd", "slurm-client", "libslurm-dev", "munge")
@@ -302,7 +321,7 @@ def slurm_conf(shape: Shape, p: dict[str, Path]) -> str:
         lane_lines = "SwitchType=switch/none\n"
     else:
         # 26.05 has no switch/none (no SwitchType is the same); its plugins are the root's.
-        lane_lines = f"PluginDir={plugin_dir(LANE.root)}\n"
+        lane_lines = f"PluginDir={plugin_dir(LANE)}\n"
     return f"""# Local development cluster of slurm-arnold (written by site_config/devcluster).
 ClusterName={CLUSTER_NAME}
 SlurmctldHost=localhost(127.0.0.1)
@@ -367,7 +386,7 @@ def gres_conf(shape: Shape, p: dict[str, Path]) -> str:
 
 
 def slurmdbd_conf(shape: Shape, p: dict[str, Path]) -> str:
-    plugins = "" if LANE.root is None else f"PluginDir={plugin_dir(LANE.root)}\n"
+    plugins = "" if LANE.root is None else f"PluginDir={plugin_dir(LANE)}\n"
     return f"""# slurmdbd of the local development cluster (must stay mode 0600).
 {plugins}AuthType=auth/munge
 AuthInfo=socket={p['munge_socket']}
@@ -446,10 +465,11 @@ def wait_for(
     raise ClusterError(f"{what} did not come up within {timeout:.0f} s{hint}")
 
 
-def run(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+def run(cmd: list[str], env: dict[str, str] | None = None,
+        cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=cwd)
     if proc.returncode != 0:
-        detail = proc.stderr.strip() or proc.stdout.strip()
+        detail = (proc.stderr.strip() or proc.stdout.strip())[-2000:]  # a build's last words
         raise ClusterError(f"{' '.join(cmd)} exited {proc.returncode}: {detail}")
     return proc
 
@@ -474,21 +494,29 @@ def _multiarch() -> tuple[str, str]:
     return MULTIARCH[machine]
 
 
-def plugin_dir(root: Path) -> Path:
-    """Where the root's Slurm plugins are."""
-    return root / "usr" / "lib" / _multiarch()[0] / "slurm-wlm"
+def plugin_dir(lane: Lane) -> Path:
+    """Where the Slurm plugins of a lane with a root are."""
+    assert lane.root is not None
+    if lane.built:
+        return lane.root / "usr" / "lib" / "slurm"
+    return lane.root / "usr" / "lib" / _multiarch()[0] / "slurm-wlm"
 
 
-def root_programs(root: Path) -> dict[str, Path]:
-    """The root's Slurm programs by the name each runs under."""
-    sbin, bin_ = root / "usr" / "sbin", root / "usr" / "bin"
-    programs = {name: sbin / f"{name}-wlm" for name in ("slurmctld", "slurmd", "slurmstepd")}
-    programs["slurmdbd"] = sbin / "slurmdbd"
+def root_programs(lane: Lane) -> dict[str, Path]:
+    """The Slurm programs of a lane with a root, by the name each runs under (Debian names
+    its daemons ``*-wlm``)."""
+    assert lane.root is not None
+    sbin, bin_ = lane.root / "usr" / "sbin", lane.root / "usr" / "bin"
+    if lane.built:
+        programs = {name: sbin / name for name in DAEMONS}
+    else:
+        programs = {name: sbin / f"{name}-wlm" for name in ("slurmctld", "slurmd", "slurmstepd")}
+        programs["slurmdbd"] = sbin / "slurmdbd"
     programs.update({name: bin_ / name for name in CLIENT_COMMANDS})
     return programs
 
 
-def patch_root(root: Path) -> None:
+def patch_root(lane: Lane) -> None:
     """Make the root's Slurm run on this host, outside the root: its programs get the root's
     dynamic loader as their interpreter, and they and libslurmfull search the root's
     libraries first (DT_RPATH, which the plugins' own dependencies inherit). A loader given
@@ -497,10 +525,11 @@ def patch_root(root: Path) -> None:
     if shutil.which("patchelf") is None:
         raise ClusterError("patchelf is missing; `apt-get install patchelf` "
                            f"(`make cluster SLURM={LANE.version}` installs it)")
+    assert lane.root is not None
     triplet, loader = _multiarch()
-    lib = root / "usr" / "lib" / triplet
+    lib = lane.root / "usr" / "lib" / triplet
     search = f"{lib / 'slurm-wlm'}:{lib}"
-    for program in root_programs(root).values():
+    for program in root_programs(lane).values():
         run(["patchelf", "--set-interpreter", str(lib / loader), "--force-rpath",
              "--set-rpath", search, str(program)])
     run(["patchelf", "--force-rpath", "--set-rpath", search,
@@ -526,7 +555,10 @@ def _apt_mirror() -> str:
 
 def ensure_root(lane: Lane) -> Path:
     """The lane's Debian unstable root with ``SID_PACKAGES``: made once (debootstrap, then
-    apt inside it), rebuilt when missing or made for other packages."""
+    apt inside it), rebuilt when missing or made for other packages. A built lane's root is
+    ``ensure_build``'s."""
+    if lane.built:
+        return ensure_build(lane)
     root = lane.root
     assert root is not None
     stamp = root / ".slurm-arnold-packages"
@@ -558,9 +590,87 @@ def ensure_root(lane: Lane) -> Path:
         root.rename(old)
         shutil.rmtree(old, ignore_errors=True)
     building.rename(root)
-    patch_root(root)  # after the move: the paths it writes are the root's final ones
+    patch_root(lane)  # after the move: the paths it writes are the root's final ones
     stamp.write_text(wanted)
     return root
+
+
+def slurm_source(lane: Lane) -> Path:
+    """SchedMD's release tarball of the lane's Slurm in ``SLURM_SOURCES`` (the newest
+    ``slurm-<version>.<patch>.tar.*`` there)."""
+    found = sorted(SLURM_SOURCES.glob(f"slurm-{lane.version}.*.tar.*"),
+                   key=lambda p: [int(x) for x in p.name.split(".")[2:3] if x.isdigit()])
+    if not found:
+        raise ClusterError(
+            f"Slurm {lane.version}'s source is missing: put SchedMD's release tarball "
+            f"(slurm-{lane.version}.N.tar.xz) in {SLURM_SOURCES} or set "
+            "ARNOLD_DEV_SLURM_SOURCES to the directory that holds it")
+    return found[-1]
+
+
+def ensure_build(lane: Lane) -> Path:
+    """The lane's Slurm built from SchedMD's source into ``root/usr`` (config in
+    ``root/etc``): built once, rebuilt when missing or built from another tarball or with
+    other options. About 15 minutes on two idle cores."""
+    root = lane.root
+    assert root is not None
+    stamp = root / ".slurm-arnold-build"
+    built = stamp.exists() and (root / "usr" / "sbin" / "slurmctld").exists()
+    try:
+        source = slurm_source(lane)
+    except ClusterError:
+        if built:  # the source went away after the build: the build still serves
+            return root
+        raise
+    wanted = f"{source.name}\n{' '.join(CONFIGURE_OPTIONS)}\n"
+    if built and stamp.read_text() == wanted:
+        return root
+    if os.geteuid() != 0:
+        raise ClusterError(f"Slurm {lane.version} is not built in {root}; build it as root: "
+                           f"`make cluster SLURM={lane.version}`")
+    print(f"devcluster: building Slurm {lane.version} from {source.name} into {root} (once; "
+          "about 15 minutes)", file=sys.stderr)
+    work = root.with_name(root.name + ".src")
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(root, ignore_errors=True)  # configure's prefix is compiled in: build in place
+    work.mkdir(parents=True)
+    root.parent.chmod(0o755)
+    run(["tar", "-xf", str(source), "-C", str(work), "--strip-components=1"])
+    run(["./configure", f"--prefix={root}/usr", f"--sysconfdir={root}/etc",
+         *CONFIGURE_OPTIONS], cwd=str(work))
+    run(["make", f"-j{os.cpu_count() or 1}"], cwd=str(work))
+    run(["make", "install"], cwd=str(work))
+    shutil.rmtree(work, ignore_errors=True)
+    stamp.write_text(wanted)
+    return root
+
+
+def pyslurm_wheel(lane: Lane, python: Path) -> Path:
+    """The ``PYSLURM`` wheel built against the lane's Slurm, cached beside the build (``python``
+    builds it once: half an hour of Cython and C on this kind of machine). Its extension
+    modules find the lane's libslurm by their rpath, so no loader path is needed."""
+    root = ensure_build(lane)
+    cache = root.with_name(root.name + ".wheels")
+    stamp = cache / ".built-for"
+    wanted = (root / ".slurm-arnold-build").read_text() + PYSLURM + "\n"
+    found = sorted(cache.glob("pyslurm-*.whl"))
+    if found and stamp.exists() and stamp.read_text() == wanted:
+        return found[-1]
+    print(f"devcluster: building {PYSLURM} against Slurm {lane.version} into {cache} (once; "
+          "up to half an hour)", file=sys.stderr)
+    shutil.rmtree(cache, ignore_errors=True)
+    cache.mkdir(parents=True)
+    cache.chmod(0o755)
+    lib = root / "usr" / "lib"
+    env = dict(os.environ, SLURM_INCLUDE_DIR=str(root / "usr" / "include"),
+               SLURM_LIB_DIR=str(lib), LDFLAGS=f"-Wl,-rpath,{lib}")
+    run([str(python), "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps",
+         "-w", str(cache), PYSLURM], env=env)
+    found = sorted(cache.glob("pyslurm-*.whl"))
+    if not found:
+        raise ClusterError(f"pip built no pyslurm wheel in {cache}")
+    stamp.write_text(wanted)
+    return found[-1]
 
 
 def check_packages() -> None:
@@ -612,7 +722,7 @@ def configure(shape: Shape, p: dict[str, Path]) -> bool:
         p["slurm_bin"].mkdir(parents=True, exist_ok=True)
         p["slurm_bin"].chmod(0o755)
         # Links to the root's programs (patched to run here), each under its own name.
-        for name, program in root_programs(LANE.root).items():
+        for name, program in root_programs(LANE).items():
             link = p["bin" if name in DAEMONS else "slurm_bin"] / name
             if link.is_symlink() and Path(os.readlink(link)) == program:
                 continue
@@ -696,6 +806,13 @@ def install_site(p: dict[str, Path]) -> None:
         run([*pip, "--no-deps", "--force-reinstall", str(REPO)])
         src_stamp.write_text(sources)
     shutil.rmtree(REPO / "build", ignore_errors=True)
+    if LANE.built:
+        # pyslurm in the site install: arnold's Slurm adapter serves its reads through it.
+        wheel = pyslurm_wheel(LANE, python)
+        have = subprocess.run([str(python), "-c", "import importlib.metadata as m; "
+                               "print(m.version('pyslurm'))"], capture_output=True, text=True)
+        if have.stdout.strip() != wheel.name.split("-")[1]:
+            run([*pip, "--no-deps", "--force-reinstall", str(wheel)])
     run([str(venv / "bin" / "arnold"), "site", "init"], env=slurm_env(p))
     write_prolog(p)
 
@@ -950,13 +1067,19 @@ def main(argv: list[str]) -> int:
             return 2
         select_lane(args[1])
         args = args[2:]
-    if len(args) != 1 or args[0] not in ("up", "down", "status", "root"):
-        print("usage: devcluster.py [--slurm 22.05|26.05] up|down|status|root", file=sys.stderr)
+    if len(args) != 1 or args[0] not in ("up", "down", "status", "root", "wheel"):
+        print(f"usage: devcluster.py [--slurm {'|'.join(LANES)}] up|down|status|root|wheel",
+              file=sys.stderr)
         return 2
     try:
         if args[0] == "root":
             if LANE.root is not None:
                 print(ensure_root(LANE))
+            return 0
+        if args[0] == "wheel":
+            # The pyslurm wheel of a built lane, for the developer's venv (`make test`).
+            if LANE.built:
+                print(pyslurm_wheel(LANE, paths()["venv"] / "bin" / "python"))
             return 0
         if args[0] == "up":
             up()

@@ -163,7 +163,8 @@ def aligned_cells(pool: Pool, job: JobShape, *, by: str) -> dict[Cell, list[str]
 
 
 def block_rule(topology: Topology, free: Sequence[str], nodes: int,
-               segment: int | None = None) -> list[str] | None:
+               segment: int | None = None, *,
+               release: tuple[int, int] = (26, 5)) -> list[str] | None:
     """Slurm's topology/block choice for a job of ``nodes`` nodes (``--segment`` = ``segment``)
     as slurmctld makes it (eval_nodes_block, read in Slurm's source and checked against 26.05's
     answers by the 26.05 lane's tests): the segments (the whole job without one) are placed
@@ -171,8 +172,9 @@ def block_rule(topology: Topology, free: Sequence[str], nodes: int,
     hold its size (base blocks; then as ``BlockSizes`` joins them, pairs above the last size),
     the block there with the fewest free nodes that still has enough (the last on ties), and
     inside it base blocks one at a time: the one with the fewest free nodes that holds what is
-    left (the last on ties), else the one with the most; each block's free nodes in order. A
-    one-node job takes the first free node (what 26.05 answers). Returned in Slurm's node-name
+    left (the last on ties), else the one with the most; each block's free nodes in order. On
+    Slurm 26.05 (``release``) a one-node job takes the first free node; 25.11 places it by the
+    same rule as any other (both checked live, on their lanes). Returned in Slurm's node-name
     order; None when Slurm would refuse (a segment larger than a base block, a size that is not
     whole segments) or nothing holds a segment now. ``arnold bench placement --nvl`` compares
     with it."""
@@ -186,7 +188,7 @@ def block_rule(topology: Topology, free: Sequence[str], nodes: int,
                 blocks[block].append(node)
     if not blocks or nodes < 1:
         return None
-    if nodes == 1:
+    if nodes == 1 and release >= (26, 5):
         first = sorted((n for members in blocks.values() for n in members), key=slurm_sort_key)
         return first[:1] or None
     base = topology.block_sizes[0] if topology.block_sizes else \
