@@ -70,6 +70,17 @@ class ReservationSettings(BaseModel):
         "the admission gate: the serving model's upper quantile, or time limits"))
 
 
+class SlurmSettings(BaseModel):
+    """How slurm-arnold reaches Slurm."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["auto", "pyslurm", "commands"] = Field(default="auto", description=(
+        "what serves reads of Slurm's state and the reservation writes: pyslurm (built for "
+        "the running Slurm's release), Slurm's commands, or auto (pyslurm where it can, "
+        "else the commands); jobs are always submitted by running sbatch"))
+
+
 class PredictorSettings(BaseModel):
     """Where the job-completion-time model lives and how it is used."""
 
@@ -110,6 +121,7 @@ class SiteConfig(BaseSettings):
         "(default: from the network's links, docs/placement.md)"))
     reservation: ReservationSettings = ReservationSettings()
     predictor: PredictorSettings = PredictorSettings()
+    slurm: SlurmSettings = SlurmSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -47,6 +47,9 @@ def setup_logging(args: list[str]) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Labels())
     show(level, handler)
+    # Which backend serves Slurm is arnold's -v news, not every submission's.
+    logging.getLogger("slurm_arnold.slurm.choice").setLevel(
+        logging.DEBUG if level <= logging.DEBUG else logging.WARNING)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -84,3 +84,15 @@ def site_show(as_json: bool) -> None:
     for r in rows:
         click.echo(f"{r['what']:12s} {r['mode']:>7s} {r['owner']:10s} "
                    f"{'w' if r['writable'] else '-'} {r['path']}")
+    click.echo(f"{'slurm':12s} served by {_serving_backend()}")
+
+
+def _serving_backend() -> str:
+    """The backend the Slurm adapter chooses here (``slurm.backend``), or why none."""
+    from slurm_arnold.errors import ArnoldError
+    from slurm_arnold.slurm import Slurm
+
+    try:
+        return Slurm().backend.describe()
+    except ArnoldError as exc:
+        return f"no backend: {exc}"

@@ -1,6 +1,6 @@
 """The Slurm adapter the rest of slurm-arnold calls: one object per reading of a cluster.
 Reads of Slurm's state and the reservation writes go through a backend (``backend``:
-``SlurmBackend``; today ``CommandsBackend``); job control (``sbatch``, ``scancel``,
+``SlurmBackend``; pyslurm or Slurm's commands, ``choice``); job control (``sbatch``, ``scancel``,
 ``scontrol update/hold/release``) and the few text-only queries run Slurm's commands."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from collections.abc import Mapping, Sequence
 
 from slurm_arnold.errors import SlurmOutputError
 from slurm_arnold.slurm import jobs as _jobs
+from slurm_arnold.slurm import partitions as _partitions
 from slurm_arnold.slurm import submit as _submit
 from slurm_arnold.slurm.accounting import AccountingRecord
 from slurm_arnold.slurm.backend import SlurmBackend
-from slurm_arnold.slurm.commands import CommandsBackend
+from slurm_arnold.slurm.choice import choose_backend
 from slurm_arnold.slurm.jobs import UNFINISHED, JobInfo
 from slurm_arnold.slurm.nodes import NodeInfo
 from slurm_arnold.slurm.reservations import Reservation
@@ -22,12 +23,29 @@ from slurm_arnold.slurm.runner import Runner
 
 class Slurm(Runner):
     """Slurm's state and job control. ``env`` overrides the environment (e.g.
-    ``SLURM_CONF``); ``use_json=False`` reads every document as text."""
+    ``SLURM_CONF``); ``use_json=False`` reads every document as text (commands backend);
+    ``backend`` is a backend, or one of ``choice.BACKENDS`` (default: the site's
+    ``slurm.backend``), chosen on first use."""
 
     def __init__(self, env: Mapping[str, str] | None = None, *, use_json: bool = True,
-                 timeout: float = 120.0, backend: SlurmBackend | None = None) -> None:
+                 timeout: float = 120.0, backend: SlurmBackend | str | None = None) -> None:
         super().__init__(env, use_json=use_json, timeout=timeout)
-        self.backend: SlurmBackend = backend or CommandsBackend(self)
+        self._backend = None if backend is None or isinstance(backend, str) else backend
+        # Text is the commands' form: asking for it asks for them.
+        self._setting = backend if isinstance(backend, str) else (
+            None if use_json else "commands")
+
+    @property
+    def backend(self) -> SlurmBackend:
+        """What serves the reads and the reservation writes (``choice.choose_backend``)."""
+        if self._backend is None:
+            setting = self._setting
+            if setting is None:
+                from site_config import load_config
+
+                setting = load_config().slurm.backend
+            self._backend = choose_backend(self, setting)
+        return self._backend
 
     # -- reads and reservation writes: the backend's ----------------------------------
     def nodes(self) -> list[NodeInfo]:
@@ -50,12 +68,12 @@ class Slurm(Runner):
 
     def default_partition(self) -> str | None:
         """The cluster's default partition, if one is set."""
-        return self.backend.default_partition()
+        return _partitions.default_partition(self)
 
     def partition_topology(self, partition: str) -> str | None:
         """The topology.yaml topology ``partition`` uses (its ``Topology=``), None where the
         partition names none (every partition before Slurm 25.05)."""
-        return self.backend.partition_topology(partition)
+        return _partitions.partition_topology(self, partition)
 
     def create_reservation(self, name: str, nodes: Sequence[str], *, users: Sequence[str],
                            start: str = "now", duration: str = "UNLIMITED",

@@ -1,5 +1,6 @@
 """The seam between slurm-arnold and a way of reaching Slurm: what the rest of the code reads
-(nodes, jobs, reservations, accounting, partitions) and the admin side's reservation writes.
+(nodes, jobs, reservations, accounting) and the admin side's reservation writes (partitions
+are read once per decision and stay the commands' in every case).
 ``Slurm`` (``slurm_arnold.slurm.adapter``) serves them through a backend; ``commands`` runs
 Slurm's commands, and a second backend (a library binding such as pyslurm) plugs in here
 without touching callers. Submitting stays ``sbatch``'s in every case."""
@@ -21,6 +22,9 @@ class SlurmBackend(Protocol):
     #: What ``arnold site show`` and ``-v`` name as the serving backend.
     name: str
 
+    def describe(self) -> str:
+        """The backend in words, with its version where it has one."""
+
     def nodes(self) -> list[NodeInfo]:
         """Every node with its state and GPUs."""
 
@@ -33,12 +37,6 @@ class SlurmBackend(Protocol):
     def accounting(self, job_ids: Sequence[int] = (), *, since: str | None = None,
                    all_users: bool = True) -> list[AccountingRecord]:
         """Finished and running jobs from slurmdbd."""
-
-    def default_partition(self) -> str | None:
-        """The cluster's default partition, if one is set."""
-
-    def partition_topology(self, partition: str) -> str | None:
-        """The topology.yaml topology ``partition`` uses, None where it names none."""
 
     def create_reservation(self, name: str, nodes: Sequence[str], *, users: Sequence[str],
                            start: str = "now", duration: str = "UNLIMITED",

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from slurm_arnold.slurm.accounting import AccountingRecord, read_accounting
 from slurm_arnold.slurm.jobs import JobInfo, read_jobs
 from slurm_arnold.slurm.nodes import NodeInfo, read_nodes
-from slurm_arnold.slurm.partitions import default_partition, partition_topology
 from slurm_arnold.slurm.reservations import (
     Reservation,
     create_reservation,
@@ -27,6 +26,10 @@ class CommandsBackend:
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
 
+    def describe(self) -> str:
+        """The backend in words."""
+        return "Slurm's commands"
+
     def nodes(self) -> list[NodeInfo]:
         """Every node with its state and GPUs."""
         return read_nodes(self.runner)
@@ -44,14 +47,6 @@ class CommandsBackend:
         """Finished and running jobs from slurmdbd (``sacct``)."""
         return read_accounting(self.runner, job_ids, since=since,
                                           all_users=all_users)
-
-    def default_partition(self) -> str | None:
-        """The cluster's default partition, if one is set."""
-        return default_partition(self.runner)
-
-    def partition_topology(self, partition: str) -> str | None:
-        """The topology.yaml topology ``partition`` uses, None where it names none."""
-        return partition_topology(self.runner, partition)
 
     def create_reservation(self, name: str, nodes: Sequence[str], *, users: Sequence[str],
                            start: str = "now", duration: str = "UNLIMITED",
