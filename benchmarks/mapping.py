@@ -124,9 +124,9 @@ def _python_prolog(job_id: int, nodes: list[str], runs: int,
                    against: Path | None) -> dict[str, Any]:
     """Median wall time of ``arnold-prolog`` (this install's, and ``against``'s, alternately)
     for a job that asks for nothing."""
-    from benchmarks.overhead import _installed
+    from benchmarks.backends import installed
 
-    programs = {"python": Path(_installed("arnold-prolog"))}
+    programs = {"python": Path(installed("arnold-prolog"))}
     if against is not None:
         programs["against"] = against / "bin" / "arnold-prolog"
         if not programs["against"].exists():

@@ -137,11 +137,12 @@ def overlapping(slurm: Slurm, job_ids: Sequence[int]) -> list[tuple[int, int, se
 
 
 def bench(per_user: int = 5, nodes: int = 4, users: Sequence[str] = USERS,
-          rounds: int = 1) -> dict[str, Any]:
+          rounds: int = 1, env: dict[str, str] | None = None) -> dict[str, Any]:
     """``rounds`` bursts of ``len(users) x per_user`` held arnold-sbatch submissions at once
     (TP 8 x PP 2 on ``nodes`` nodes each), each cancelled before the next: latency p50/p95 over
     all of them, the worst burst's p95 (what the target is judged on, so one quiet burst cannot
-    pass it), and whether any two jobs of a burst shared a node."""
+    pass it), and whether any two jobs of a burst shared a node. ``env``: settings added to
+    each user's clean environment (e.g. ``ARNOLD_SLURM__BACKEND``)."""
     slurm = Slurm()
     venv = site_venv()
     ensure_users(users)
@@ -154,7 +155,8 @@ def bench(per_user: int = 5, nodes: int = 4, users: Sequence[str] = USERS,
     failed: list[Submission] = []
     submitted = 0
     for _ in range(rounds):
-        results = run_at_once([(u, as_user(u, argv)) for u in users for _ in range(per_user)])
+        results = run_at_once([(u, as_user(u, argv, env=env)) for u in users
+                               for _ in range(per_user)])
         ids = [r.job_id for r in results if r.job_id is not None]
         try:
             shared += overlapping(slurm, ids)

@@ -341,6 +341,23 @@ def test_bench_fidelity_quick(slurm: Slurm, env: dict[str, str]) -> None:
     assert not ours(slurm)  # sync ran after the last LPJ and left nothing
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="reserve sync is the admin's; run as root")
+def test_bench_sync_quick(slurm: Slurm, env: dict[str, str]) -> None:
+    """100 jobs wait behind a full cluster and two large jobs: each backend's first pass
+    reserves for both large jobs, and the bench leaves nothing of its own behind."""
+    proc = arnold(env, "bench", "sync", "--quick", "--json")
+    doc = json.loads(proc.stdout)
+    assert (doc["queue"], doc["queued_seen"], doc["nodes"]) == (100, 100, 64)
+    expected = ["pyslurm", "commands"] if slurm.version() == (25, 11) else ["commands"]
+    assert list(doc["backends"]) == expected
+    for b in doc["backends"].values():
+        assert b["first_pass_actions"] >= 2  # one reservation per large job at least
+        assert 0 < b["next_pass_median_s"] <= b["next_pass_p95_s"]
+    assert ("ratio_first" in doc) == (len(expected) == 2)
+    assert not ours(slurm)
+    assert not [j for j in slurm.jobs(unfinished=True) if j.name.startswith("arnold-bench-")]
+
+
 def test_a_reservation_that_would_not_beat_slurms_own_start_is_not_made(
         slurm: Slurm, env: dict[str, str]) -> None:
     # 48 nodes busy for 3 minutes by their limits. The LPJ (56 nodes) needs the 16 idle ones

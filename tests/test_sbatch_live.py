@@ -253,10 +253,17 @@ def test_bench_sbatch_quick(slurm: Slurm) -> None:
     assert doc["runs"] == 2 and doc["sbatch_median_s"] > 0
     assert abs(doc["overhead_median_s"] - (doc["arnold_sbatch_median_s"]
                                            - doc["sbatch_median_s"])) <= 0.002
+    # Every backend the lane's site install serves, side by side (25.11's has pyslurm).
+    expected = ["pyslurm", "commands"] if slurm.version() == (25, 11) else ["commands"]
+    assert list(doc["backends"]) == expected and doc["backend"] == expected[0]
+    for b in doc["backends"].values():
+        # The lock is taken after start-up and let go once sbatch printed the job id.
+        assert 0 < b["lock_median_s"] <= b["lock_p95_s"] < b["arnold_sbatch_median_s"] + 0.001
+    assert ("lock_ratio" in doc) == (len(expected) == 2)
     if many:
-        m = doc["multi_user"]
-        assert (m["users"], m["per_user"], m["submitted"], m["failed"]) == (2, 2, 4, 0)
-        assert m["shared_node_pairs"] == [] and 0 < m["p50_s"] <= m["p95_s"] <= m["max_s"]
+        for m in (doc["multi_user"], *(b["multi_user"] for b in doc["backends"].values())):
+            assert (m["users"], m["per_user"], m["submitted"], m["failed"]) == (2, 2, 4, 0)
+            assert m["shared_node_pairs"] == [] and 0 < m["p50_s"] <= m["p95_s"] <= m["max_s"]
 
 
 def test_model_plans_the_layout_when_tp_and_pp_are_not_given(slurm: Slurm,

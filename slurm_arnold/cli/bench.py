@@ -13,6 +13,7 @@ from slurm_arnold.cli.bench_sim import bench_sim
 from slurm_arnold.cli.options import (
     Finite,
     against_option,
+    backends_option,
     docs_option,
     json_option,
     quick_option,
@@ -202,45 +203,100 @@ def bench_fidelity(quick: bool, n_jobs: int, first: int, scale: float, data: str
 @bench.command("sbatch")
 @quick_option("2 pairs, 2 users x 2")
 @click.option("--runs", type=click.IntRange(min=1), default=9, show_default=True,
-              help="Pairs of submissions (sbatch, arnold-sbatch).")
+              help="Rounds of submissions (sbatch, then arnold-sbatch per backend).")
 @click.option("--multi-user/--no-multi-user", default=True, show_default=True,
               help="Also 3 users x 5 concurrent submissions through the site install "
                    "(root: makes the users).")
 @click.option("--bursts", type=click.IntRange(min=1), default=5, show_default=True,
               help="How many times the multi-user burst is repeated (quick: 1).")
+@backends_option
 @against_option
 @docs_option
 @json_option()
-def bench_sbatch(quick: bool, runs: int, multi_user: bool, bursts: int, against: str | None,
-                 docs: str, as_json: bool) -> None:
-    """Median wall time of arnold-sbatch vs plain sbatch for a 16-node job, and the latency of
-    many users submitting at once (live cluster)."""
+def bench_sbatch(quick: bool, runs: int, multi_user: bool, bursts: int,
+                 backends: tuple[str, ...] | None, against: str | None, docs: str,
+                 as_json: bool) -> None:
+    """Median wall time of arnold-sbatch vs plain sbatch for a 16-node job, its time inside
+    the site lock, and the latency of many users submitting at once (live cluster), for each
+    Slurm backend side by side."""
     from benchmarks import multiuser
+    from benchmarks.backends import available
     from benchmarks.overhead import markdown, run
-    from benchmarks.placement import write_section
 
+    chosen = available(backends)
     result = run(2 if quick else runs,
                  progress=lambda what: click.echo(f"arnold: bench sbatch: {what}", err=True),
-                 against=Path(against) if against else None)
+                 against=Path(against) if against else None, backends=chosen)
     if multi_user:
         users = multiuser.USERS[:2] if quick else multiuser.USERS
-        result["multi_user"] = multiuser.bench(per_user=2 if quick else 5, users=users,
-                                               rounds=1 if quick else bursts)
-    if not quick:
-        write_section(Path(docs), "sbatch-overhead",
-                      markdown(result, f"arnold bench sbatch --runs {runs} --bursts {bursts}"
-                               + (" --against VENV" if against else "")))
+        by_backend = {b: multiuser.bench(per_user=2 if quick else 5, users=users,
+                                         rounds=1 if quick else bursts,
+                                         env={"ARNOLD_SLURM__BACKEND": b}) for b in chosen}
+        result["multi_user"] = by_backend[chosen[0]]
+        for b, m in by_backend.items():
+            result["backends"][b]["multi_user"] = m
+    command = (f"arnold bench sbatch --runs {runs} --bursts {bursts}"
+               + (" --against VENV" if against else ""))
+    _write_docs(quick, docs, "sbatch-overhead", markdown(result, command))
     if as_json:
         click.echo(json.dumps(result))
         return
     click.echo(f"sbatch {result['sbatch_median_s']} s, arnold-sbatch "
                f"{result['arnold_sbatch_median_s']} s: overhead {result['overhead_median_s']} s")
-    if "multi_user" in result:
-        m = result["multi_user"]
-        click.echo(f"{m['rounds']} x {m['users']} users x {m['per_user']} at once: p50 "
-                   f"{m['p50_s']} s, p95 {m['p95_s']} s, worst burst p95 "
-                   f"{m['worst_burst_p95_s']} s; {len(m['shared_node_pairs'])} pairs sharing "
-                   f"nodes, {m['failed']} failed")
+    for name, b in result["backends"].items():
+        line = (f"  {name}: arnold-sbatch {b['arnold_sbatch_median_s']} s, in the site lock "
+                f"{b['lock_median_s']} s")
+        if "multi_user" in b:
+            m = b["multi_user"]
+            line += (f"; {m['rounds']} x {m['users']} users x {m['per_user']} at once: p50 "
+                     f"{m['p50_s']} s, p95 {m['p95_s']} s, worst burst p95 "
+                     f"{m['worst_burst_p95_s']} s; {len(m['shared_node_pairs'])} pairs "
+                     f"sharing nodes, {m['failed']} failed")
+        click.echo(line)
+
+
+@bench.command("sync")
+@quick_option("100 queued jobs, one round, one more pass")
+@click.option("--queue", type=click.IntRange(min=1), default=2000, show_default=True,
+              help="One-node jobs waiting in the queue.")
+@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Rounds (each backend in turn in each).")
+@click.option("--passes", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Passes after the first in each round.")
+@backends_option
+@docs_option
+@json_option()
+def bench_sync(quick: bool, queue: int, rounds: int, passes: int,
+               backends: tuple[str, ...] | None, docs: str, as_json: bool) -> None:
+    """One `arnold reserve sync` pass with a deep queue (the first, which reserves, and the
+    next ones), for each Slurm backend side by side (live cluster; root)."""
+    from benchmarks.sync import markdown, run
+
+    if quick:
+        queue, rounds, passes = 100, 1, 1
+    result = run(queue, rounds, passes, backends,
+                 progress=lambda what: click.echo(f"arnold: bench sync: {what}", err=True))
+    _write_docs(quick, docs, "sync-backends", markdown(
+        result, f"arnold bench sync --queue {queue} --rounds {rounds} --passes {passes}"))
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    for name, b in result["backends"].items():
+        click.echo(f"{name}: first pass {b['first_pass_median_s']} s "
+                   f"({b['first_pass_actions']} actions), next passes "
+                   f"{b['next_pass_median_s']} s (p95 {b['next_pass_p95_s']} s), every job "
+                   f"read in {b['jobs_read_median_s']} s")
+    if "ratio_first" in result:
+        click.echo(f"pyslurm over commands: first x{result['ratio_first']}, next "
+                   f"x{result['ratio_next']}")
+
+
+def _write_docs(quick: bool, docs: str, section: str, text: str) -> None:
+    """A full run's section of the docs (a smoke run writes none)."""
+    from benchmarks.placement import write_section
+
+    if not quick:
+        write_section(Path(docs), section, text)
 
 
 @bench.command("queue")

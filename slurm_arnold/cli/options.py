@@ -118,6 +118,12 @@ docs_option = click.option(
 
 #: ``--against VENV``: another install of slurm-arnold (e.g. a venv of an earlier commit),
 #: measured side by side with this one in the same run.
+backends_option = click.option(
+    "--backends", default=None, metavar="pyslurm,commands",
+    callback=lambda _ctx, _param, value: tuple(value.split(",")) if value else None,
+    help="The Slurm backends to compare side by side (default: every one the site install "
+         "can serve on this cluster).")
+
 against_option = click.option(
     "--against", type=click.Path(file_okay=False, exists=True), default=None,
     help="Also time this other install (a venv with slurm-arnold, e.g. of an earlier commit), "

@@ -18,15 +18,17 @@ def live_cluster(
     minipod_level: int = 1,
     partition: str | None = None,
     user: str | None = None,
+    topology: Topology | None = None,
 ) -> ClusterView:
     """Read the live topology, node states and reservations through the adapter.
 
-    ``partition`` defaults to the cluster's default partition; ``user`` to the caller.
-    Raises ``TopologyError`` when Slurm has no usable topology, ``SlurmError`` when a command
-    fails.
+    ``partition`` defaults to the cluster's default partition; ``user`` to the caller;
+    ``topology``, the partition's as ``live_topology`` read it (configuration, which a caller
+    may read before a lock that only the state needs). Raises ``TopologyError`` when Slurm has
+    no usable topology, ``SlurmError`` when a command fails.
     """
     part = partition or slurm.default_partition()
-    topology = live_topology(slurm, part, minipod_level=minipod_level)
+    topology = topology or live_topology(slurm, part, minipod_level=minipod_level)
     infos = slurm.nodes()
     free = free_nodes(topology, infos, slurm.reservations(), partition=part,
                       user=user or getpass.getuser())

@@ -1,8 +1,9 @@
 """Submitting a placed job: narrow the free nodes, place, write the rank files, run sbatch.
 
 The site-wide submit lock (``slurm_arnold.site_state.site_lock``) is held by every user's
-arnold-sbatch around reading the cluster, solving and submitting, and released as soon as
-sbatch has printed the job id, never while ``--wait`` waits. Slurm is the truth for what is
+arnold-sbatch around reading the cluster's state, solving and submitting, and released as soon
+as sbatch has printed the job id, never while ``--wait`` waits; a placement solved before the
+lock is kept where the state read under it is unchanged (``early``). Slurm is the truth for what is
 taken: besides busy nodes, the required nodes (``-w``) of every pending job of any user count
 as taken, so two submissions, by one user or by several, are never given the same nodes.
 """
@@ -37,10 +38,11 @@ from slurm_arnold.placement.weights import resolve as resolve_weights
 from slurm_arnold.rankorder import ORDERS, write_files
 from slurm_arnold.site_state import caller, open_site_db, open_user_db, site_lock, user_subdir
 from slurm_arnold.slurm import Slurm
-from slurm_arnold.snapshot.live import live_cluster, slurm_choice
+from slurm_arnold.snapshot.live import live_cluster, live_topology, slurm_choice
 from slurm_arnold.snapshot.queue import taken_by_queue
 from slurm_arnold.snapshot.view import ClusterView, narrow_free
 from slurm_arnold.state import StateDB
+from slurm_arnold.submit.early import solve_early
 from slurm_arnold.submit.options import (
     Parsed,
     arnold_options,
@@ -390,20 +392,40 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
         _int_option(request.ours.get(name), f"--{name}")
     db = open_user_db(config)
     rank_dir = user_subdir(config, "rankorder")
+    # Configuration (the partition, its topology, the Slurm backend) is read before the lock:
+    # the lock guards the cluster's state, which every other submission waits to read.
+    partition = (request.sbatch.get("partition") or config.partition
+                 or slurm.default_partition())
+    topology = live_topology(slurm, partition, minipod_level=config.minipod_level)
+    log.debug("Slurm read through %s", slurm.backend.describe())
+    _load_solver()
+    plans_layout = "model" in request.ours and not {"tp", "pp"} <= set(request.ours)
+    early = None
+    if not plans_layout and request.ours.get("placement") != "slurm":
+        seen = live_cluster(slurm, minipod_level=config.minipod_level, partition=partition,
+                            topology=topology)
+        seen_free = narrow_free(seen, request.sbatch, taken_by_queue(slurm.jobs(unfinished=True)))
+        early = solve_early(seen, seen_free, lambda: plan(
+            request, seen, seen_free, slurm, config.network, 1, config.tier_weights))
     asked = time.monotonic()
     with site_lock(config) as lock:
-        log.debug("waited %.3f s for the site lock", time.monotonic() - asked)
+        locked = time.monotonic()
+        log.debug("waited %.3f s for the site lock", locked - asked)
         db.abandon_unfinished()
-        view = live_cluster(slurm, minipod_level=config.minipod_level,
-                            partition=request.sbatch.get("partition") or config.partition)
+        view = live_cluster(slurm, minipod_level=config.minipod_level, partition=partition,
+                            topology=topology)
         planned: dict[str, str] = {}
-        if "model" in request.ours and not {"tp", "pp"} <= set(request.ours):
+        if plans_layout:
             planned = layout_from_model(request, view, config)
         free = narrow_free(view, request.sbatch, taken_by_queue(slurm.jobs(unfinished=True)))
         try:
-            par, placement, algo = plan(
-                request, view, free, slurm, config.network,
-                int(planned.get("ARNOLD_PLAN_MICRO_BATCH", "1")), config.tier_weights)
+            if early is not None and early.holds(view, free):
+                log.debug("the cluster is as it was before the site lock: placement solved then")
+                par, placement, algo = early.take()
+            else:
+                par, placement, algo = plan(
+                    request, view, free, slurm, config.network,
+                    int(planned.get("ARNOLD_PLAN_MICRO_BATCH", "1")), config.tier_weights)
             queued = False
         except NotFreeNow as short:
             if short.algo == "slurm":
@@ -458,7 +480,7 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
         sbatch_argv = [*request.parsed.sbatch_args, *extra]
         if request.parsed.script is not None:
             sbatch_argv += [request.parsed.script, *request.parsed.script_args]
-        code = _run_sbatch(sbatch_argv, request, out, (db, record_id, lock), env,
+        code = _run_sbatch(sbatch_argv, request, out, (db, record_id, lock, locked), env,
                            share_lock="wait" not in request.sbatch,
                            status="queued" if queued else "submitted")
     stored = db.job_record(record_id)
@@ -524,8 +546,19 @@ def _plain_argv(request: Request) -> list[str]:
     return argv
 
 
+def _load_solver() -> None:
+    """Import what the solve and the record load on first use (numpy, the MIP's modules,
+    Slurm's reference rule: about 0.1 s) before the site lock, where every other submission
+    would wait for it."""
+    import slurm_arnold.explain
+    import slurm_arnold.placement.arrange
+    import slurm_arnold.placement.dominate
+    import slurm_arnold.placement.regroup
+    import slurm_arnold.placement.tiermip  # noqa: F401
+
+
 def _run_sbatch(argv: list[str], request: Request, out: IO[bytes],
-                record: tuple[StateDB, int, Any] | None,
+                record: tuple[StateDB, int, Any, float] | None,
                 extra_env: Mapping[str, str] | None = None, *, share_lock: bool = False,
                 status: str = "submitted") -> int:
     """Run sbatch with our stdout relayed byte for byte; record the job id as soon as sbatch
@@ -550,12 +583,13 @@ def _run_sbatch(argv: list[str], request: Request, out: IO[bytes],
     out.write(first)
     out.flush()
     if record is not None:
-        db, record_id, lock = record
+        db, record_id, lock, locked = record
         match = re.search(rb"(\d+)", first)
         db.update_job(record_id, {"slurm_job_id": int(match.group(1)) if match else None,
                                   "status": status if match else "sbatch-failed"})
         fcntl.flock(lock, fcntl.LOCK_UN)
-        log.debug("released the site lock")
+        # `arnold bench sbatch` reads this line: what every other submission waits behind.
+        log.debug("released the site lock after holding it %.3f s", time.monotonic() - locked)
     stream = proc.stdout
     while chunk := os.read(stream.fileno(), 65536):
         out.write(chunk)
