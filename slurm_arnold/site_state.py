@@ -207,6 +207,22 @@ def _on_alarm(signum: int, frame: FrameType | None) -> None:
     raise _LockTimeout
 
 
+def site_lock_busy(config: SiteConfig) -> bool:
+    """Whether another submission holds the site-wide submit lock right now (a hint: it may
+    be taken or let go the moment after; False where the lock cannot be opened)."""
+    try:
+        fd = os.open(config.state_dir / SUBMIT_LOCK, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def site_lock(config: SiteConfig) -> Iterator[int]:
     """The site-wide submit lock (``flock`` on ``<state_dir>/submit.lock``), held around

@@ -58,6 +58,17 @@ def solve_early(view: ClusterView, free: set[str], solve: Callable[[], T]) -> Ea
     return EarlyAnswer(dict(view.nodes), frozenset(view.free), frozenset(free), answer, records)
 
 
+def load_solver() -> None:
+    """Import what the solve and the record load on first use (numpy, the MIP's modules,
+    Slurm's reference rule: about 0.1 s) before the site lock, where every other submission
+    would wait for it."""
+    import slurm_arnold.explain
+    import slurm_arnold.placement.arrange
+    import slurm_arnold.placement.dominate
+    import slurm_arnold.placement.regroup
+    import slurm_arnold.placement.tiermip  # noqa: F401
+
+
 @contextmanager
 def _held_logs() -> Iterator[list[logging.LogRecord]]:
     """Every record logged meanwhile, kept in a list instead of reaching the handlers."""

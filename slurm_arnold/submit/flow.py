@@ -36,13 +36,20 @@ from slurm_arnold.placement.engine import ALGOS, check_alpha, place_from_node_li
 from slurm_arnold.placement.weights import parse_tier_weights
 from slurm_arnold.placement.weights import resolve as resolve_weights
 from slurm_arnold.rankorder import ORDERS, write_files
-from slurm_arnold.site_state import caller, open_site_db, open_user_db, site_lock, user_subdir
+from slurm_arnold.site_state import (
+    caller,
+    open_site_db,
+    open_user_db,
+    site_lock,
+    site_lock_busy,
+    user_subdir,
+)
 from slurm_arnold.slurm import Slurm
 from slurm_arnold.snapshot.live import live_cluster, live_topology, slurm_choice
 from slurm_arnold.snapshot.queue import taken_by_queue
 from slurm_arnold.snapshot.view import ClusterView, narrow_free
 from slurm_arnold.state import StateDB
-from slurm_arnold.submit.early import solve_early
+from slurm_arnold.submit.early import load_solver, solve_early
 from slurm_arnold.submit.options import (
     Parsed,
     arnold_options,
@@ -398,10 +405,14 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
                  or slurm.default_partition())
     topology = live_topology(slurm, partition, minipod_level=config.minipod_level)
     log.debug("Slurm read through %s", slurm.backend.describe())
-    _load_solver()
+    load_solver()
     plans_layout = "model" in request.ours and not {"tp", "pp"} <= set(request.ours)
     early = None
-    if not plans_layout and request.ours.get("placement") != "slurm":
+    # Solving early pays where the state will be the same under the lock; while another
+    # submission holds the lock it will not be (that one is taking nodes), so then the solve
+    # waits for the lock rather than spend a contended core on an answer bound to be dropped.
+    if not plans_layout and request.ours.get("placement") != "slurm" \
+            and not site_lock_busy(config):
         seen = live_cluster(slurm, minipod_level=config.minipod_level, partition=partition,
                             topology=topology)
         seen_free = narrow_free(seen, request.sbatch, taken_by_queue(slurm.jobs(unfinished=True)))
@@ -544,17 +555,6 @@ def _plain_argv(request: Request) -> list[str]:
     if request.parsed.script is not None:
         argv += [request.parsed.script, *request.parsed.script_args]
     return argv
-
-
-def _load_solver() -> None:
-    """Import what the solve and the record load on first use (numpy, the MIP's modules,
-    Slurm's reference rule: about 0.1 s) before the site lock, where every other submission
-    would wait for it."""
-    import slurm_arnold.explain
-    import slurm_arnold.placement.arrange
-    import slurm_arnold.placement.dominate
-    import slurm_arnold.placement.regroup
-    import slurm_arnold.placement.tiermip  # noqa: F401
 
 
 def _run_sbatch(argv: list[str], request: Request, out: IO[bytes],
