@@ -117,9 +117,10 @@ def markdown(result: dict[str, Any], command: str) -> str:
         f"{result.get('slurm', '?')}; setup in "
         "`benchmarks/overhead.py`: a held 16-node TP8 x PP4 x DP4 job, alternating; "
         f"arnold-sbatch from {repo_relative(result.get('install', 'this venv'))}; "
-        f"{result.get('jobs_known', '?')} jobs known to slurmctld; arnold-sbatch lists only the "
-        "unfinished ones, as text, since `squeue --json` ignores filters and lists every "
-        "finished job too).", "",
+        f"{result.get('jobs_known', '?')} jobs known to slurmctld; through the commands "
+        "arnold-sbatch lists only the unfinished ones, as text, since `squeue --json` ignores "
+        "filters and lists every finished job too; pyslurm loads every job slurmctld knows).",
+        "",
         f"- median of {result['runs']} submissions: sbatch **{result['sbatch_median_s']} s**, "
         f"arnold-sbatch ({result.get('backend', 'commands')} backend) "
         f"**{result['arnold_sbatch_median_s']} s**: overhead "

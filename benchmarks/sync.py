@@ -107,8 +107,9 @@ def run(queue: int = 2000, rounds: int = 3, passes: int = 3,
         "ARNOLD_RESERVATION__LARGE_JOB_GPUS": "64",
         "ARNOLD_RESERVATION__PREDICTOR": "requested",
         "ARNOLD_RESERVATION__PAY_FOR_ITSELF": "false"}
+    major, minor = slurm.version()
     result: dict[str, Any] = {"queue": queue, "rounds": rounds, "passes": passes,
-                              "install": installed("arnold")}
+                              "install": installed("arnold"), "slurm": f"{major}.{minor:02d}"}
     first: dict[str, list[float]] = {b: [] for b in chosen}
     later: dict[str, list[float]] = {b: [] for b in chosen}
     reads: dict[str, list[float]] = {b: [] for b in chosen}
@@ -166,11 +167,13 @@ def markdown(result: dict[str, Any], command: str) -> str:
     """The docs section."""
     lines = [
         "## One admin pass with a deep queue, by Slurm backend", "",
-        f"Command: `{command}` (setup in `benchmarks/sync.py`: {result['nodes']} nodes held by "
+        f"Command: `{command}` (Slurm {result.get('slurm', '?')}; setup in "
+        f"`benchmarks/sync.py`: {result['nodes']} nodes held by "
         f"two running jobs, two large jobs and {result['queue']} one-node jobs waiting; "
         f"each round and backend: the large jobs afresh, a first `arnold reserve sync` on a "
         f"fresh state directory, then {result['passes']} more; medians of {result['rounds']} "
-        "rounds).", "",
+        "rounds; an action is a line the pass prints: a reservation made, a job admitted or "
+        "refused).", "",
         "| backend | first pass | its actions | next passes (median / p95) | one read of "
         "every job |",
         "|---|---|---|---|---|",
