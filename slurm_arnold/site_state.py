@@ -183,8 +183,9 @@ def user_subdir(config: SiteConfig, name: str) -> Path:
 
 
 def open_user_db(config: SiteConfig) -> StateDB:
-    """The caller's own database (their arnold-sbatch placements), WAL."""
-    return StateDB(user_dir(config) / "arnold.db")
+    """The caller's own database (their arnold-sbatch placements), with a rollback journal:
+    it lives in ``jobs_dir``, which other hosts share (``slurm_arnold.state``)."""
+    return StateDB(user_dir(config) / "arnold.db", journal="delete")
 
 
 def user_db_path(config: SiteConfig, user: str) -> Path:

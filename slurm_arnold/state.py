@@ -6,11 +6,15 @@ have the same schema, whose steps (``slurm_arnold.migrations``) are applied in o
 its own transaction, when a writer opens the file. arnold-sbatch's path uses plain sqlite3;
 ``StateDB.db`` gives sqlite-utils' API to the admin side.
 
-Journal modes: a user's own database is WAL (concurrent readers never block its writer). The
-site database uses a rollback journal (``DELETE``): SQLite cannot open a WAL database read-only
-from a directory the reader may not write (it must create the ``-shm`` index there), and users
-may read the site's state but never write into its directory. Its writers are the admin
-side's few short passes, so WAL's concurrency would buy little there.
+Journal mode: both use SQLite's rollback journal (``DELETE``), never WAL. WAL keeps its index
+in shared memory (the ``-shm`` file, mapped by every connection), which works only where every
+process that opens the file runs on one host: users' databases live in ``jobs_dir``, on a file
+system that login nodes, the admin side and compute nodes share (the rank files must be seen
+there), so WAL there would corrupt them across hosts; and SQLite cannot open a WAL database
+read-only from a directory the reader may not write, which is how users read the site's. Each
+file has one writer at a time (a user's arnold-sbatch, the admin side's short passes), so
+WAL's concurrency would buy little. A database found in WAL (made by an earlier version) is
+switched on its next opening for writing.
 """
 
 from __future__ import annotations
@@ -46,13 +50,14 @@ READONLY_HINT = ("it is written by the admin side only (`arnold reserve sync`, `
 class StateDB:
     """The project's SQLite state (busy timeout, migrations applied on open by writers).
 
-    ``journal`` is ``wal`` (a user's own database) or ``delete`` (the site's, which others
-    open with ``readonly=True``). Raises ``StateError`` when the file cannot be opened, is
-    not a database, or a read-only caller finds its schema older than this program's.
+    ``journal`` is ``delete`` (every database of the product, see the module) or ``wal``
+    (only for a file no other host will ever open). Raises ``StateError`` when the file
+    cannot be opened, is not a database, or a read-only caller finds its schema older than
+    this program's.
     """
 
     def __init__(self, path: Path | str, *, busy_timeout_ms: int = 30_000,
-                 journal: Literal["wal", "delete"] = "wal", readonly: bool = False) -> None:
+                 journal: Literal["wal", "delete"] = "delete", readonly: bool = False) -> None:
         self.path = Path(path)
         self.journal = journal
         self.readonly = readonly
@@ -204,7 +209,7 @@ class StateDB:
         return bool(row and row[0] == "ok")
 
     def journal_mode(self) -> str:
-        """The journal mode in force (``wal``)."""
+        """The journal mode in force (``delete``)."""
         return str(self.conn.execute("PRAGMA journal_mode").fetchone()[0])
 
     def record_job(self, record: dict[str, Any]) -> int:

@@ -156,6 +156,9 @@ def test_fifteen_submissions_at_once_get_disjoint_nodes_and_start_at_once(
     for user in USERS:
         assert _integrity(site.users_dir / user / "arnold.db") == "ok"
     assert _integrity(site.db_path) == "ok"
+    # jobs_dir is shared between hosts: no database there may use WAL (docs/site.md).
+    shared = [p.name for p in site.users_dir.rglob("*") if p.name.endswith(("-wal", "-shm"))]
+    assert not shared, shared
 
 
 def test_fewer_free_nodes_than_asked_no_job_waits_on_another_jobs_nodes(

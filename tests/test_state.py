@@ -1,4 +1,4 @@
-"""The SQLite state database: WAL, migrations, concurrency, corrupt files."""
+"""The SQLite state database: its journal, migrations, concurrency, corrupt files."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ ALL_MIGRATIONS = ["0001_jobs", "0002_history", "0003_reservations", "0004_bindin
                   "0005_reservation_idle"]
 
 
-def test_new_database_is_wal_and_migrated(tmp_path: Path) -> None:
+def test_new_database_has_a_rollback_journal_and_is_migrated(tmp_path: Path) -> None:
     db = StateDB(tmp_path / "sub" / "arnold.db")
-    assert db.journal_mode() == "wal"
+    assert db.journal_mode() == "delete"
     assert db.applied_migrations() == ALL_MIGRATIONS
     job = db.record_job({"user": "alice", "slurm_job_id": 42, "status": "submitted"})
     db.close()
@@ -118,3 +118,36 @@ def test_a_database_from_before_idle_accounting_gains_its_columns(tmp_path: Path
     again = StateDB(tmp_path / "arnold.db")
     row = again.db.table("reservations").get("arnold_7")
     assert row["idle_node_s"] == 0.0 and row["idle_nodes"] is None and row["lpj_job_id"] == 7
+
+
+def test_a_wal_database_of_an_earlier_version_leaves_wal_on_opening(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "arnold.db"
+    old = sqlite3.connect(path)
+    assert old.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal"
+    old.close()
+    db = StateDB(path)
+    assert db.journal_mode() == "delete" and db.applied_migrations() == ALL_MIGRATIONS
+    db.record_job({"user": "u", "slurm_job_id": 1})
+    db.close()
+    assert not list(tmp_path.glob("arnold.db-*"))  # no -wal, -shm or hot journal left
+
+
+def test_no_wal_database_is_made_under_jobs_dir(tmp_path: Path) -> None:
+    """Users' databases live in jobs_dir, which login nodes and compute nodes share: WAL's
+    shared-memory index would break there (docs/site.md, several login nodes)."""
+    from site_config import SiteConfig
+    from slurm_arnold.site_state import caller as me
+    from slurm_arnold.site_state import open_user_db, user_db_path
+
+    config = SiteConfig(state_dir=tmp_path / "state", jobs_dir=tmp_path / "shared" / "jobs")
+    db = open_user_db(config)
+    db.record_job({"user": me(), "slurm_job_id": 7, "status": "submitted"})
+    reader = StateDB(user_db_path(config, me()), readonly=True)  # as the admin side reads it
+    assert [r["slurm_job_id"] for r in reader.jobs()] == [7]
+    assert db.journal_mode() == reader.journal_mode() == "delete"
+    made = [p.name for p in (tmp_path / "shared").rglob("*")]
+    assert not [n for n in made if n.endswith(("-wal", "-shm"))], made
+    reader.close()
+    db.close()
