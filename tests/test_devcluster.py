@@ -1,4 +1,5 @@
-"""``make cluster`` is idempotent: a second start reuses the running daemons."""
+"""``make cluster`` is idempotent: a second start reuses the running daemons, and on a running
+cluster restarts only those that died, without disturbing the jobs."""
 
 from __future__ import annotations
 
@@ -34,6 +35,68 @@ def test_second_up_restarts_nothing(slurm: Slurm) -> None:
     assert f"export PATH=$PATH:{run / 'venv' / 'bin'}" in env[1]  # the site install, last
     assert all(n.state == "IDLE" or n.gpus_used > 0 for n in slurm.nodes())
     assert slurm.version() == tuple(int(x) for x in LANE.split("."))
+
+
+@pytest.mark.live
+def test_up_restarts_a_killed_slurmctld_and_slurmd_and_running_jobs_keep_running(
+        slurm: Slurm, tmp_path: Path) -> None:
+    import signal
+    import time
+
+    if not (RUN / "slurmctld.pid").exists():
+        pytest.skip("the running cluster was not started from this checkout")
+    out = tmp_path / "job.out"
+    tmp_path.chmod(0o777)
+    job = subprocess.run(["sbatch", "--parsable", "-N", "2", "--exclusive", "-t", "5", "-J",
+                          "arnold-restart", "-o", str(out), "--wrap", "echo started; sleep 240"],
+                         capture_output=True, text=True, check=True)
+    job_id = int(job.stdout.strip().split(";")[0])
+    try:
+        # Running in its script, not only RUNNING in slurmctld's books: a batch job whose
+        # launch a dying slurmctld never finished is killed by the next one, by design.
+        deadline = time.monotonic() + 30
+        while "started" not in (out.read_text() if out.exists() else ""):
+            assert time.monotonic() < deadline, "the job did not start"
+            time.sleep(0.3)
+        info = next(j for j in slurm.jobs() if j.job_id == job_id)
+        # ... and in slurmctld's saved state: what a SIGKILL loses is what was not saved yet
+        # (a restarted slurmctld would find the job pending, and kill it as never launched).
+        # A change made now (a held job) is saved with everything before it.
+        state = Path(_conf_value("StateSaveLocation")) / "job_state"
+        mark = time.time()
+        marker = subprocess.run(["sbatch", "--parsable", "--hold", "-t", "1", "-o", "/dev/null",
+                                 "--wrap", "true"], capture_output=True, text=True, check=True)
+        while state.stat().st_mtime <= mark:
+            assert time.monotonic() < deadline + 30, "slurmctld did not save its state"
+            time.sleep(0.2)
+        subprocess.run(["scancel", marker.stdout.strip().split(";")[0]], check=True)
+        idle = sorted(n.name for n in slurm.nodes() if n.state == "IDLE"
+                      and n.name.startswith("n"))[-1]
+        for pidfile in (RUN / "slurmctld.pid", RUN / f"slurmd-{idle}.pid"):
+            os.kill(int(pidfile.read_text().split()[0]), signal.SIGKILL)
+        time.sleep(1)
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, str(SCRIPT), "up"], capture_output=True,
+                              text=True, timeout=120)
+        took = time.monotonic() - t0
+        assert proc.returncode == 0, proc.stderr
+        assert took <= 60, f"make cluster took {took:.0f} s after a slurmctld died"
+        assert "restarted slurmctld, 1 slurmd" in proc.stderr
+        after = next(j for j in slurm.jobs() if j.job_id == job_id)
+        assert after.state == "RUNNING" and after.nodes == info.nodes
+        # Slurm's state was kept: the job is the same job, started when it was.
+        assert after.start_time == info.start_time
+        assert next(n for n in slurm.nodes() if n.name == idle).state == "IDLE"
+    finally:
+        subprocess.run(["scancel", str(job_id)], check=False)
+
+
+def _conf_value(key: str) -> str:
+    for line in Path(os.environ["SLURM_CONF"]).read_text().splitlines():
+        name, _, value = line.partition("=")
+        if name.strip().lower() == key.lower():
+            return value.strip()
+    raise AssertionError(f"{key} is not in slurm.conf")
 
 
 def test_the_built_lane_says_where_to_put_slurms_source(tmp_path: Path) -> None:

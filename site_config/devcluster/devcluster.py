@@ -450,7 +450,13 @@ def pid_alive(pidfile: Path) -> int | None:
         return None
     except PermissionError:
         return pid
-    return pid
+    # A daemon killed with SIGKILL stays a zombie until its parent (here often a container's
+    # init that reaps late) collects it: dead all the same.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return None if stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X") else pid
 
 
 def wait_for(
@@ -817,10 +823,10 @@ def install_site(p: dict[str, Path]) -> None:
     write_prolog(p)
 
 
-def start_munge(p: dict[str, Path]) -> None:
+def start_munge(p: dict[str, Path]) -> bool:
     pidfile = RUN / "munged.pid"
     if pid_alive(pidfile):
-        return
+        return False
     key = p["munge_key"]
     key.parent.mkdir(parents=True, exist_ok=True)
     key.parent.chmod(0o700)
@@ -833,6 +839,7 @@ def start_munge(p: dict[str, Path]) -> None:
         f"--log-file={p['log']}/munged.log", f"--seed-file={RUN}/munge/munged.seed",
     ])
     wait_for("munged", lambda: p["munge_socket"].exists(), 10, p["log"] / "munged.log")
+    return True
 
 
 def mysql(p: dict[str, Path], sql: str) -> None:
@@ -840,10 +847,10 @@ def mysql(p: dict[str, Path], sql: str) -> None:
     run([client, "--protocol=socket", f"--socket={p['mysql_socket']}", "-u", "root", "-e", sql])
 
 
-def start_mariadb(shape: Shape, p: dict[str, Path]) -> None:
+def start_mariadb(shape: Shape, p: dict[str, Path]) -> bool:
     pidfile = RUN / "mariadb.pid"
     if pid_alive(pidfile):
-        return
+        return False
     ensure_port_free(shape.port_base + 6, "mariadbd")
     datadir = p["mysql"]
     if not (datadir / "mysql").exists():
@@ -864,6 +871,7 @@ def start_mariadb(shape: Shape, p: dict[str, Path]) -> None:
     mysql(p, f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{DB_PASSWORD}';"
              "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
              "GRANT ALL ON `slurm_acct_db\\_%`.* TO 'slurm'@'127.0.0.1';")
+    return True
 
 
 def port_open(port: int) -> bool:
@@ -881,10 +889,10 @@ def ensure_port_free(port: int, daemon: str) -> None:
         )
 
 
-def start_slurmdbd(shape: Shape, p: dict[str, Path]) -> None:
+def start_slurmdbd(shape: Shape, p: dict[str, Path]) -> bool:
     pidfile = RUN / "slurmdbd.pid"
     if pid_alive(pidfile):
-        return
+        return False
     ensure_port_free(shape.port_base + 19, "slurmdbd")
     env = slurm_env(p)
     slurmdbd = "/usr/sbin/slurmdbd" if LANE.root is None else str(p["bin"] / "slurmdbd")
@@ -893,19 +901,21 @@ def start_slurmdbd(shape: Shape, p: dict[str, Path]) -> None:
     clusters = run(["sacctmgr", "-n", "-P", "list", "cluster", "format=cluster"], env=env)
     if CLUSTER_NAME not in clusters.stdout.split():
         run(["sacctmgr", "-i", "add", "cluster", CLUSTER_NAME], env=env)
+    return True
 
 
-def start_slurmctld(shape: Shape, p: dict[str, Path]) -> None:
+def start_slurmctld(shape: Shape, p: dict[str, Path]) -> bool:
     if pid_alive(RUN / "slurmctld.pid"):
-        return
+        return False
     ensure_port_free(shape.port_base + 17, "slurmctld")
     env = slurm_env(p)
     run([str(p["bin"] / "slurmctld"), "-f", str(p["etc"] / "slurm.conf")], env=env)
     wait_for("slurmctld", lambda: port_open(shape.port_base + 17), 60,
              p["log"] / "slurmctld.log")
+    return True
 
 
-def start_slurmds(shape: Shape, p: dict[str, Path]) -> None:
+def start_slurmds(shape: Shape, p: dict[str, Path]) -> int:
     env = slurm_env(p)
     started = []
     for name in [shape.node(i) for i in range(shape.node_count)] + nvl_names():
@@ -922,6 +932,7 @@ def start_slurmds(shape: Shape, p: dict[str, Path]) -> None:
         _, err = proc.communicate()
         if proc.returncode != 0:
             raise ClusterError(f"slurmd exited {proc.returncode}: {err.strip()}")
+    return len(started)
 
 
 def node_states(p: dict[str, Path]) -> dict[str, str]:
@@ -930,6 +941,30 @@ def node_states(p: dict[str, Path]) -> dict[str, str]:
     if proc.returncode != 0:
         return {}
     return dict(line.split() for line in proc.stdout.splitlines() if line.strip())
+
+
+def idle_timeout(shape: Shape) -> float:
+    """How long a fresh cluster may take to have every node idle: 74 s for 2,048 nodes on two
+    idle cores (docs), so 0.15 s a node with room for a busy machine, and never under 120 s."""
+    return max(120.0, 0.15 * (shape.node_count + len(nvl_names())))
+
+
+def wait_answering(shape: Shape, p: dict[str, Path], timeout: float) -> None:
+    """Every node known to slurmctld and answering it, in whatever state jobs and admins left
+    it (allocated, drained, down by an admin): what a restart waits for, not idleness."""
+    def answering() -> bool:
+        states = node_states(p)
+        return len(states) == shape.node_count + len(nvl_names()) and not any(
+            s.endswith("*") or s.startswith("unknown") for s in states.values())
+
+    try:
+        wait_for("every node answering", answering, timeout, p["log"] / "slurmctld.log")
+    except ClusterError:
+        bad = {n: s for n, s in node_states(p).items() if s.endswith("*")}
+        raise ClusterError(
+            f"nodes not answering after {timeout:.0f} s: {dict(list(bad.items())[:5])}; "
+            f"see {p['log']}/slurmctld.log and slurmd-<node>.log"
+        ) from None
 
 
 def wait_idle(shape: Shape, p: dict[str, Path], timeout: float = 120.0) -> None:
@@ -959,13 +994,21 @@ def up() -> None:
     if changed and running:
         print("devcluster: configuration changed, restarting the daemons", file=sys.stderr)
         down()
+    # On a running cluster only the daemons that died start again, from Slurm's saved state,
+    # and nothing waits for nodes that jobs hold: a restart must not disturb the jobs.
+    restart = bool(running) and not changed
     t0 = time.monotonic()
-    start_munge(p)
-    start_mariadb(shape, p)
-    start_slurmdbd(shape, p)
-    start_slurmctld(shape, p)
-    start_slurmds(shape, p)
-    wait_idle(shape, p)
+    started = [name for name, did in (
+        ("munged", start_munge(p)), ("mariadbd", start_mariadb(shape, p)),
+        ("slurmdbd", start_slurmdbd(shape, p)), ("slurmctld", start_slurmctld(shape, p)))
+        if did]
+    slurmds = start_slurmds(shape, p)
+    if slurmds:
+        started.append(f"{slurmds} slurmd")
+    if restart:
+        wait_answering(shape, p, 60.0)
+    else:
+        wait_idle(shape, p, idle_timeout(shape))
     install_site(p)
     conf = p["etc"] / "slurm.conf"
     # The site's arnold comes last on PATH: a developer's own venv, when active, wins.
@@ -978,11 +1021,13 @@ def up() -> None:
                   f"*) export PATH={p['slurm_bin']}:$PATH ;; esac",
                   f"export ARNOLD_DEV_SLURM={LANE.version}"]
     write_if_changed(ENV_FILE, "\n".join(lines) + "\n")
-    print(
-        f"devcluster: Slurm {LANE.version}: {shape.node_count} nodes x {shape.gpus} GPUs idle "
-        f"({time.monotonic() - t0:.1f} s); run: source {ENV_FILE}",
-        file=sys.stderr,
-    )
+    if restart:
+        what = f"restarted {', '.join(started)}" if started else "every daemon was running"
+        done = f"{shape.node_count} nodes x {shape.gpus} GPUs answering; {what}"
+    else:
+        done = f"{shape.node_count} nodes x {shape.gpus} GPUs idle"
+    print(f"devcluster: Slurm {LANE.version}: {done} ({time.monotonic() - t0:.1f} s); run: "
+          f"source {ENV_FILE}", file=sys.stderr)
 
 
 def stop_pidfile(pidfile: Path, timeout: float = 20.0) -> None:
