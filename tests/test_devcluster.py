@@ -110,3 +110,14 @@ def test_the_built_lane_says_where_to_put_slurms_source(tmp_path: Path) -> None:
     assert len(lines) == 1 and "Traceback" not in proc.stderr
     assert "slurm-25.11.N.tar.xz" in lines[0] and str(tmp_path / "vendor") in lines[0]
     assert not (tmp_path / "slurm-25.11").exists()
+
+
+def test_a_cluster_larger_than_a_lanes_ports_is_one_line() -> None:
+    # 16 x 16 x 16 = 4,096 nodes: their slurmds would reach into the next lane's ports.
+    env = {**os.environ, "ARNOLD_DEV_MINIPODS": "16", "ARNOLD_DEV_LEAVES": "16",
+           "ARNOLD_DEV_NODES": "16"}
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--slurm", "22.05", "up"],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "4096 nodes" in proc.stderr
+    assert "2999 a lane's ports hold" in proc.stderr

@@ -78,11 +78,16 @@ class Lane:
 
 SID_ROOT = Path(os.environ.get("ARNOLD_DEV_SID_ROOT", "/var/cache/slurm-arnold/sid-root"))
 BUILD_ROOT = Path(os.environ.get("ARNOLD_DEV_SLURM_BUILD", "/var/cache/slurm-arnold/slurm-25.11"))
-#: Port bases keep every lane's ports apart at the default size (slurmds from base + 1001).
+#: Ports each lane may use from its base: the daemons below base + 1000, one slurmd per node
+#: from base + 1001, so every lane can run a site-sized cluster (2,048 nodes) beside the others.
+LANE_PORTS = 4000
+#: The most nodes (NVLink partition included) a lane's ports hold.
+MAX_NODES = LANE_PORTS - 1001
 LANES = {
     "22.05": Lane("22.05", "", 16800, None, 1),
-    "26.05": Lane("26.05", "-26.05", 18800, SID_ROOT, 2_600_001, nvl=True),
-    "25.11": Lane("25.11", "-25.11", 20800, BUILD_ROOT, 2_511_001, nvl=True, built=True),
+    "26.05": Lane("26.05", "-26.05", 16800 + LANE_PORTS, SID_ROOT, 2_600_001, nvl=True),
+    "25.11": Lane("25.11", "-25.11", 16800 + 2 * LANE_PORTS, BUILD_ROOT, 2_511_001, nvl=True,
+                  built=True),
 }
 #: Where the built lane's source comes from: SchedMD's release tarball (``../shared/vendor``
 #: beside the checkout; a site would download it from SchedMD).
@@ -197,13 +202,18 @@ class Shape:
                 raise ClusterError(f"{name}={raw!r} is not a positive integer; unset it or fix it")
             return int(raw)
 
-        return cls(
+        shape = cls(
             number("ARNOLD_DEV_MINIPODS", 4),
             number("ARNOLD_DEV_LEAVES", 4),
             number("ARNOLD_DEV_NODES", 4),
             number("ARNOLD_DEV_GPUS", 8),
             number("ARNOLD_DEV_PORT_BASE", LANE.port_base),
         )
+        if shape.node_count + len(nvl_names()) > MAX_NODES:
+            raise ClusterError(
+                f"ARNOLD_DEV_MINIPODS x LEAVES x NODES = {shape.node_count} nodes: more than "
+                f"the {MAX_NODES} a lane's ports hold (with its NVLink partition); choose fewer")
+        return shape
 
     @property
     def node_count(self) -> int:
