@@ -137,14 +137,16 @@ def overlapping(slurm: Slurm, job_ids: Sequence[int]) -> list[tuple[int, int, se
 
 
 def bench(per_user: int = 5, nodes: int = 4, users: Sequence[str] = USERS,
-          rounds: int = 1, env: dict[str, str] | None = None) -> dict[str, Any]:
+          rounds: int = 1, env: dict[str, str] | None = None,
+          venv: Path | None = None) -> dict[str, Any]:
     """``rounds`` bursts of ``len(users) x per_user`` held arnold-sbatch submissions at once
     (TP 8 x PP 2 on ``nodes`` nodes each), each cancelled before the next: latency p50/p95 over
     all of them, the worst burst's p95 (what the target is judged on, so one quiet burst cannot
     pass it), and whether any two jobs of a burst shared a node. ``env``: settings added to
-    each user's clean environment (e.g. ``ARNOLD_SLURM__BACKEND``)."""
+    each user's clean environment (e.g. ``ARNOLD_SLURM__BACKEND``); ``venv``: another install
+    to run instead of the site's (``arnold bench sbatch --against``)."""
     slurm = Slurm()
-    venv = site_venv()
+    venv = venv or site_venv()
     ensure_users(users)
     argv = [str(venv / "bin" / "arnold-sbatch"), "--parsable", "--hold", "-N", str(nodes),
             "--ntasks-per-node=8", "--gpus-per-node=8", "--exclusive", "-t", "5",

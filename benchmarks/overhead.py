@@ -155,10 +155,16 @@ def _against_lines(result: dict[str, Any]) -> list[str]:
     other = result.get("against")
     if other is None:
         return []
-    return ["- side by side in the same run, arnold-sbatch of "
-            f"`{Path(other['install']).name}` (--against): median "
-            f"**{other['arnold_sbatch_median_s']} s** (overhead {other['overhead_median_s']} s); "
-            f"this install's over it: x{other['ratio']}."]
+    lines = ["- side by side in the same run, arnold-sbatch of "
+             f"`{Path(other['install']).name}` (--against): median "
+             f"**{other['arnold_sbatch_median_s']} s** (overhead {other['overhead_median_s']} s);"
+             f" this install's over it: x{other['ratio']}."]
+    m, ours = other.get("multi_user"), result.get("multi_user")
+    if m and ours:
+        lines.append(f"- the same bursts through `{Path(other['install']).name}`: p50 "
+                     f"{m['p50_s']} s, p95 {m['p95_s']} s, worst burst {m['worst_burst_p95_s']}"
+                     f" s; this install's p95 over it: x{ours['p95_s'] / m['p95_s']:.3f}.")
+    return lines
 
 
 def _multi_user_lines(m: dict[str, Any] | None) -> list[str]:

@@ -235,6 +235,10 @@ def bench_sbatch(quick: bool, runs: int, multi_user: bool, bursts: int,
         result["multi_user"] = by_backend[chosen[0]]
         for b, m in by_backend.items():
             result["backends"][b]["multi_user"] = m
+        if against:  # the same bursts through the other install, in the same run
+            result["against"]["multi_user"] = multiuser.bench(
+                per_user=2 if quick else 5, users=users, rounds=1 if quick else bursts,
+                venv=Path(against))
     command = (f"arnold bench sbatch --runs {runs} --bursts {bursts}"
                + (" --against VENV" if against else ""))
     _write_docs(quick, docs, "sbatch-overhead", markdown(result, command))
