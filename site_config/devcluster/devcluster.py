@@ -919,7 +919,15 @@ def start_slurmctld(shape: Shape, p: dict[str, Path]) -> bool:
         return False
     ensure_port_free(shape.port_base + 17, "slurmctld")
     env = slurm_env(p)
-    run([str(p["bin"] / "slurmctld"), "-f", str(p["etc"] / "slurm.conf")], env=env)
+    args = [str(p["bin"] / "slurmctld"), "-f", str(p["etc"] / "slurm.conf")]
+    if (p["state"] / "job_state").exists() and not (p["state"] / "assoc_usage").exists():
+        # Killed before its first full save (a young cluster): Slurm 26.05 refuses to start
+        # without the association usage file unless told to go on without it (-i); the jobs'
+        # state is read as saved.
+        print("devcluster: warning: slurmctld's saved state has no assoc_usage (it died before "
+              "saving it); starting it with -i", file=sys.stderr)
+        args.append("-i")
+    run(args, env=env)
     wait_for("slurmctld", lambda: port_open(shape.port_base + 17), 60,
              p["log"] / "slurmctld.log")
     return True
