@@ -25,7 +25,7 @@ import hostlist
 import pytest
 
 from slurm_arnold.slurm import AccountingRecord, Slurm
-from tests.conftest import wait_for_job
+from tests.conftest import tree_nodes, wait_for_job
 
 pytestmark = pytest.mark.live
 BIN = Path(sys.executable).parent
@@ -273,8 +273,10 @@ def test_a_sync_killed_halfway_is_repaired_by_the_next(slurm: Slurm,
         f"released LPJ {lpj}"]
     assert not {j.job_id: j for j in slurm.jobs()}[lpj].held
     assert json.loads(arnold(env, "reserve", "sync", "--json").stdout) == []
-    # A reservation whose LPJ vanished from slurmctld (purged) is deleted too.
-    slurm.create_reservation("arnold_999999", ["n064"], users=["root"], flags=["IGNORE_JOBS"])
+    # A reservation whose LPJ vanished from slurmctld (purged) is deleted too. Its node is
+    # one outside the LPJ's (Slurm refuses overlapping reservations).
+    spare = max(n.name for n in tree_nodes(slurm) if n.name not in plan["nodes"])
+    slurm.create_reservation("arnold_999999", [spare], users=["root"], flags=["IGNORE_JOBS"])
     assert json.loads(arnold(env, "reserve", "sync", "--json").stdout) == [
         "deleted arnold_999999 (its LPJ vanished)"]
 
