@@ -91,8 +91,13 @@ def test_up_restarts_a_killed_slurmctld_and_slurmd_and_running_jobs_keep_running
     finally:
         # After the restart: cancelled before it, the marker could come back with the state
         # saved before the cancel.
-        subprocess.run(["scancel", str(job_id), *([marker_id] if marker_id else [])],
-                       check=False)
+        ours = {job_id, *([int(marker_id)] if marker_id else [])}
+        subprocess.run(["scancel", *map(str, ours)], check=False)
+        # Gone before the next test, which may count every job left in the queue.
+        until = time.monotonic() + 60
+        while any(j.job_id in ours for j in slurm.jobs(unfinished=True)) \
+                and time.monotonic() < until:
+            time.sleep(0.3)
 
 
 def _conf_value(key: str) -> str:
