@@ -7,9 +7,9 @@ running Slurm's release."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import hostlist
 import pyslurm
@@ -22,6 +22,7 @@ from slurm_arnold.slurm.nodes import NodeInfo
 from slurm_arnold.slurm.reservations import Reservation
 from slurm_arnold.slurm.runner import Runner
 
+T = TypeVar("T")
 #: How scontrol spells a reservation's start and end (local time, to the second).
 _TIME_TEXT = "%Y-%m-%dT%H:%M:%S"
 #: Reservation flags pyslurm names (``ReservationFlags``) by scontrol's names, in the order
@@ -58,9 +59,14 @@ def _epoch(value: Any) -> int | None:
     return int(value) if value else None
 
 
-def _failed(action: str, exc: Exception) -> SlurmError:
-    """pyslurm's error as the adapter's (callers match the message, as they do scontrol's)."""
-    return SlurmError(["pyslurm", action], getattr(exc, "errno", 1) or 1, "", str(exc))
+def _rpc(action: str, call: Callable[[], T]) -> T:
+    """``call()``, with pyslurm's error raised as the adapter's (callers match the message,
+    as they do scontrol's)."""
+    try:
+        return call()
+    except pyslurm.RPCError as exc:
+        raise SlurmError(["pyslurm", action], getattr(exc, "errno", 1) or 1, "",
+                         str(exc)) from None
 
 
 class PyslurmBackend:
@@ -79,10 +85,7 @@ class PyslurmBackend:
 
     def nodes(self) -> list[NodeInfo]:
         """Every node with its state and GPUs."""
-        try:
-            loaded = pyslurm.Nodes.load()
-        except pyslurm.RPCError as exc:
-            raise _failed("Nodes.load", exc) from None
+        loaded = _rpc("Nodes.load", pyslurm.Nodes.load)
         out = []
         for node in loaded.values():
             base, flags = split_state(str(node.state or "UNKNOWN"))
@@ -97,10 +100,7 @@ class PyslurmBackend:
 
     def jobs(self, *, unfinished: bool = False) -> list[JobInfo]:
         """Every job slurmctld still knows (``unfinished``: only those not finished)."""
-        try:
-            loaded = pyslurm.Jobs.load()
-        except pyslurm.RPCError as exc:
-            raise _failed("Jobs.load", exc) from None
+        loaded = _rpc("Jobs.load", pyslurm.Jobs.load)
         out = []
         for job in loaded.values():
             state = job_state(job.state)
@@ -122,10 +122,7 @@ class PyslurmBackend:
 
     def reservations(self) -> list[Reservation]:
         """Every reservation."""
-        try:
-            loaded = pyslurm.Reservations.load()
-        except pyslurm.RPCError as exc:
-            raise _failed("Reservations.load", exc) from None
+        loaded = _rpc("Reservations.load", pyslurm.Reservations.load)
         return [Reservation(
             name=res.name, nodes=_expand(res.nodes),
             start_time=_time_text(res.start_time), end_time=_time_text(res.end_time),
@@ -145,10 +142,7 @@ class PyslurmBackend:
             import getpass
 
             wanted["users"] = [getpass.getuser()]
-        try:
-            loaded = pyslurm.db.Jobs.load(pyslurm.db.JobFilter(**wanted))
-        except pyslurm.RPCError as exc:
-            raise _failed("db.Jobs.load", exc) from None
+        loaded = _rpc("db.Jobs.load", lambda: pyslurm.db.Jobs.load(pyslurm.db.JobFilter(**wanted)))
         out = []
         for job in loaded.values():
             nodes = _expand(job.nodelist) if job.nodelist != "None assigned" else ()
@@ -180,10 +174,7 @@ class PyslurmBackend:
             # start): minutes as a number.
             duration=int(duration) if duration.isdigit() else duration,
             flags=[_FLAGS[f] for f in flags])
-        try:
-            res.create()
-        except pyslurm.RPCError as exc:
-            raise _failed("Reservation.create", exc) from None
+        _rpc("Reservation.create", res.create)
 
     def update_reservation(self, name: str, **fields: str) -> None:
         """Update fields (``Nodes``, ``StartTime``, ``Users``) of a reservation."""
@@ -197,17 +188,11 @@ class PyslurmBackend:
                 changes.start_time = datetime.now() if value == "now" else value
             else:
                 raise ValueError(f"update_reservation: {key} is not a field pyslurm serves")
-        try:
-            pyslurm.Reservation(name=name).modify(changes)
-        except pyslurm.RPCError as exc:
-            raise _failed("Reservation.modify", exc) from None
+        _rpc("Reservation.modify", lambda: pyslurm.Reservation(name=name).modify(changes))
 
     def delete_reservation(self, name: str) -> None:
         """Delete a reservation."""
-        try:
-            pyslurm.Reservation(name=name).delete()
-        except pyslurm.RPCError as exc:
-            raise _failed("Reservation.delete", exc) from None
+        _rpc("Reservation.delete", lambda: pyslurm.Reservation(name=name).delete())
 
 
 def _with_reasons(runner: Runner, jobs: list[JobInfo]) -> list[JobInfo]:
