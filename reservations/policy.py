@@ -32,7 +32,7 @@ the expected start (a misprediction ends it).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,6 +81,7 @@ def choose_reservation(topology: Topology, names: Sequence[str], drain: np.ndarr
                        horizon_s: float = math.inf, slurm_start: float | None = None,
                        idle_share: float = 1.0,
                        placer: Callable[[Sequence[str], JobShape], Placement] | None = None,
+                       index: Mapping[str, int] | None = None,
                        ) -> ReservationChoice | None:
     """Pick the LPJ's nodes among ``eligible`` ones (see the module docstring).
 
@@ -88,7 +89,8 @@ def choose_reservation(topology: Topology, names: Sequence[str], drain: np.ndarr
     would start later than ``now + horizon_s``, or (given ``slurm_start``) that do not pay for
     themselves, are not considered; ``None`` when none is left (reserving for the job now
     would cost others more than it saves it). ``placer`` lays the job out on a pool instead
-    of ``place`` (the simulator's memo).
+    of ``place`` (the simulator's memo); ``index`` maps each of ``names`` to its position
+    (made here when not given; the simulator keeps one).
     """
     n = shape.nodes
     when = np.where(eligible, np.maximum(drain, now), np.inf)
@@ -97,7 +99,8 @@ def choose_reservation(topology: Topology, names: Sequence[str], drain: np.ndarr
         raise InfeasibleError(f"the job needs {n} nodes; only {len(ordered)} can be reserved")
     if slurm_start is not None and not _any_pays(ordered, n, slurm_start, idle_share):
         return None  # no n nodes at all would pay: skip the placements
-    index = {name: i for i, name in enumerate(names)}
+    if index is None:
+        index = {name: i for i, name in enumerate(names)}
     best: ReservationChoice | None = None
     tried: list[tuple[int, float, float]] = []
     for size in sorted({min(len(ordered), math.ceil(n * f)) for f in POOL_FACTORS}):

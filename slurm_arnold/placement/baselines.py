@@ -24,6 +24,7 @@ The two alignments fill minipods most-free first with whole units (TP groups ins
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from bisect import insort
@@ -37,8 +38,10 @@ from slurm_arnold.placement.pool import Pool
 from slurm_arnold.topology import Topology
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def slurm_sort_key(name: str) -> tuple[object, ...]:
     """Sort node names as hostlists do: text parts alphabetically, numbers numerically."""
+    # Cached: the simulator sorts the same few thousand names at every placement.
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
@@ -52,11 +55,9 @@ def _need(job: JobShape, free: Sequence[str]) -> int:
 
 
 def _leaves(topology: Topology, free: Sequence[str]) -> dict[str, list[str]]:
-    free_set = set(free)
     out: dict[str, list[str]] = {}
-    for node in topology.nodes:
-        if node in free_set:
-            out.setdefault(topology.leaf_of(node), []).append(node)
+    for node in topology.in_tree_order(free):
+        out.setdefault(topology.leaf_of(node), []).append(node)
     return out
 
 
@@ -107,23 +108,24 @@ def topo_aware(topology: Topology, free: Sequence[str], job: JobShape,
                rng: random.Random) -> list[str]:
     """Lowest switch with room, best fit at that level; switch-ordered ranks."""
     need = _need(job, free)
-    free_set = set(free)
+    # Free nodes under each switch, counted up each free node's path (not down each switch).
+    free_under: dict[str, int] = {}
+    for node in topology.in_tree_order(free):
+        for above in topology.path_of(node):
+            free_under[above] = free_under.get(above, 0) + 1
     by_level: dict[int, list[str]] = {}
     for sw in topology.switches.values():
         by_level.setdefault(sw.level, []).append(sw.name)
     for level in sorted(by_level):
-        fits = []
-        for name in by_level[level]:
-            count = sum(1 for n in topology.nodes_under(name) if n in free_set)
-            if count >= need:
-                fits.append((count, name))
+        fits = [(free_under.get(name, 0), name) for name in by_level[level]
+                if free_under.get(name, 0) >= need]
         if fits:
             _, switch = min(fits)
             break
     else:  # pragma: no cover - the root always fits when enough nodes are free
         raise InfeasibleError("no switch has enough free nodes")
-    under = set(topology.nodes_under(switch))
-    leaves = {lf: ns for lf, ns in _leaves(topology, free).items() if ns[0] in under}
+    leaves = {lf: ns for lf, ns in _leaves(topology, free).items()
+              if switch in topology.path_of(ns[0])}
     one = sorted((len(ns), lf) for lf, ns in leaves.items() if len(ns) >= need)
     if one:
         return leaves[one[0][1]][:need]

@@ -62,8 +62,7 @@ def place(topology: Topology, free: Iterable[str], job: JobShape, *, algo: str =
     """
     check_alpha(alpha)
     time_limit = DEFAULT_TIME_LIMIT if time_limit is None else time_limit
-    free_set = set(free)
-    free_list = [n for n in topology.nodes if n in free_set]
+    free_list = topology.in_tree_order(free)
     if len(free_list) < job.nodes:
         raise InfeasibleError(
             f"the job needs {job.nodes} nodes ({job.gpus} GPUs) but only {len(free_list)} are "
@@ -96,7 +95,7 @@ def place_from_node_list(algo: str, nodes: list[str], topology: Topology, job: J
 
 def _group_local(cells: dict[Cell, list[str]], topology: Topology) -> bool:
     """Whether every cell's nodes (one TP group) share one group: domain or leaf."""
-    return all(len({topology.group_of(n) for n in nodes}) == 1 for nodes in cells.values())
+    return all(len(set(map(topology.group_of, nodes))) == 1 for nodes in cells.values())
 
 
 def _lower_bounds(caps: list[int], job: JobShape) -> tuple[int, int]:

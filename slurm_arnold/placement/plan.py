@@ -93,7 +93,7 @@ def worst_spreads(cells: Mapping[Cell, Sequence[str]],
     cols: dict[int, set[str]] = {}
     used: set[str] = set()
     for (pp, col), nodes in cells.items():
-        places = {where(n) for n in nodes}
+        places = set(map(where, nodes))
         rows.setdefault(pp, set()).update(places)
         cols.setdefault(col, set()).update(places)
         used |= places

@@ -25,12 +25,10 @@ class Pool:
     @classmethod
     def build(cls, topology: Topology, free: Iterable[str], job: JobShape) -> Pool:
         """Group the free nodes of ``topology`` for ``job``'s unit size."""
-        free_set = set(free)
         groups: dict[str, dict[str, list[str]]] = {}
-        for node in topology.nodes:
-            if node in free_set:
-                pod = groups.setdefault(topology.minipod_of(node), {})
-                pod.setdefault(topology.group_of(node), []).append(node)
+        for node in topology.in_tree_order(free):
+            pod = groups.setdefault(topology.minipod_of(node), {})
+            pod.setdefault(topology.group_of(node), []).append(node)
         whole: set[str] = set()
         if topology.domains:
             sizes: dict[str, int] = {}

@@ -31,6 +31,8 @@ class SimCluster:
         leaf_index = {leaf: i for i, leaf in enumerate(leaves)}
         self.leaf = np.array([leaf_index[topology.leaf_of(n)] for n in self.names], dtype=np.int64)
         self.n_leaves = len(leaves)
+        # Each leaf's nodes in tree order: a per-leaf question costs that leaf, not the tree.
+        self.leaf_nodes = [np.flatnonzero(self.leaf == k) for k in range(self.n_leaves)]
         # Switch levels above the leaves: for each, the group index of every leaf.
         self.levels: list[np.ndarray] = []
         parents = list(leaves)
@@ -146,10 +148,11 @@ class SimCluster:
         out: list[int] = []
         rank = self._domain_rank()
         for leaf in leaves:
-            idx = np.flatnonzero(mask & (self.leaf == leaf))
+            under = self.leaf_nodes[leaf]
+            idx = under[mask[under]]
             if rank is not None:
                 idx = idx[np.argsort(rank[idx], kind="stable")]
-            out.extend(int(i) for i in idx[: need - len(out)])
+            out.extend(idx[: need - len(out)].tolist())
             if len(out) == need:
                 break
         return out

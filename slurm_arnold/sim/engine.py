@@ -414,14 +414,18 @@ class Simulation:
         if cached is not None:
             return cached
         drain = np.zeros(self.c.n)
+        nodes: list[int] = []
+        ends: list[float] = []
         for job in self.running.values():
             if not admitted and job.admitted_to is not None:
                 continue
             assert job.start is not None
             end = expected_end(job.start, self.pred.predict(job), job.limit, self.now)
-            for i in job.node_ids:
-                if end > drain[i]:
-                    drain[i] = end
+            nodes.extend(job.node_ids)
+            ends.extend([end] * len(job.node_ids))
+        if nodes:
+            # One call for every running job's nodes: a loop per node costs the cluster's size.
+            np.maximum.at(drain, np.array(nodes, dtype=np.int64), np.array(ends))
         self._drains[admitted] = drain
         return drain
 
@@ -440,7 +444,8 @@ class Simulation:
             self.c.topology, self.c.names, self._drain(), eligible, self.now, self._shape(job),
             algo=self.s.placement, alpha=self.s.alpha, time_limit=self.s.placement_time_limit,
             spread_weight_h=self.s.spread_weight_h, horizon_s=self.s.reserve_horizon_h * 3600,
-            slurm_start=slurm_start, idle_share=self.s.idle_share, placer=self.memo.place)
+            slurm_start=slurm_start, idle_share=self.s.idle_share, placer=self.memo.place,
+            index=self.c.index)
         if choice is None:
             return False  # not imminent: holding nodes idle that long costs more than it buys
         nodes = np.array([self.c.index[n] for n in choice.nodes], dtype=np.int64)

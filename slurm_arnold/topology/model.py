@@ -9,6 +9,7 @@ where the tree is shallower than that, the top switch is the node's minipod.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import hostlist
@@ -46,10 +47,12 @@ class Topology:
     block_sizes: tuple[int, ...] = ()
     _minipod: dict[str, str] = field(default_factory=dict, repr=False)
     _leaf_paths: dict[str, tuple[str, ...]] = field(default_factory=dict, repr=False)
+    _position: dict[str, int] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         pods = {leaf: self._find_minipod(leaf) for leaf in set(self.node_leaf.values())}
         self._minipod = {n: pods[leaf] for n, leaf in self.node_leaf.items()}
+        self._position = {n: i for i, n in enumerate(self.node_leaf)}
         # Paths are asked for per node (per tier, per placement): computed once per leaf.
         self._leaf_paths = {}
         for leaf in pods:
@@ -62,6 +65,12 @@ class Topology:
     def nodes(self) -> list[str]:
         """Every node, in tree order."""
         return list(self.node_leaf)
+
+    def in_tree_order(self, nodes: Iterable[str]) -> list[str]:
+        """The distinct ``nodes`` that are in the tree, in tree order. Costs the nodes
+        given, not the tree: the simulator asks for it at every placement on big trees."""
+        position = self._position
+        return sorted({n for n in nodes if n in position}, key=position.__getitem__)
 
     @property
     def root(self) -> Switch:
