@@ -54,7 +54,9 @@ def _need(job: JobShape, free: Sequence[str]) -> int:
     return job.nodes
 
 
-def _leaves(topology: Topology, free: Sequence[str]) -> dict[str, list[str]]:
+def free_by_leaf(topology: Topology, free: Sequence[str]) -> dict[str, list[str]]:
+    """The free nodes leaf by leaf, both in tree order (what the baselines start from; a
+    caller running several on one free set makes it once and passes it as ``leaves``)."""
     out: dict[str, list[str]] = {}
     for node in topology.in_tree_order(free):
         out.setdefault(topology.leaf_of(node), []).append(node)
@@ -71,14 +73,14 @@ def _take(groups: Sequence[list[str]], need: int) -> list[str]:
 
 
 def best_fit(topology: Topology, free: Sequence[str], job: JobShape,
-             rng: random.Random) -> list[str]:
+             rng: random.Random, leaves: dict[str, list[str]] | None = None) -> list[str]:
     """Tightest minipod that fits, else the most fragmented leaves first."""
     need = _need(job, free)
     pods: dict[str, list[str]] = {}
     for node in free:
         pods.setdefault(topology.minipod_of(node), []).append(node)
     fitting = [p for p in pods if len(pods[p]) >= need]
-    leaves = _leaves(topology, free)
+    leaves = free_by_leaf(topology, free) if leaves is None else leaves
     if fitting:
         pod = min(fitting, key=lambda p: len(pods[p]))
         inside = [lf for lf in leaves if topology.minipod_of(leaves[lf][0]) == pod]
@@ -89,30 +91,31 @@ def best_fit(topology: Topology, free: Sequence[str], job: JobShape,
 
 
 def random_fit(topology: Topology, free: Sequence[str], job: JobShape,
-               rng: random.Random) -> list[str]:
+               rng: random.Random, leaves: dict[str, list[str]] | None = None) -> list[str]:
     """Uniformly random free nodes."""
     need = _need(job, free)
     return sorted(rng.sample(list(free), need), key=slurm_sort_key)
 
 
 def gpu_packing(topology: Topology, free: Sequence[str], job: JobShape,
-                rng: random.Random) -> list[str]:
+                rng: random.Random, leaves: dict[str, list[str]] | None = None) -> list[str]:
     """The emptiest leaves first, whatever minipod they are in."""
     need = _need(job, free)
-    leaves = _leaves(topology, free)
+    leaves = free_by_leaf(topology, free) if leaves is None else leaves
     return sorted(_take(sorted(leaves.values(), key=len, reverse=True), need),
                   key=slurm_sort_key)
 
 
 def topo_aware(topology: Topology, free: Sequence[str], job: JobShape,
-               rng: random.Random) -> list[str]:
+               rng: random.Random, leaves: dict[str, list[str]] | None = None) -> list[str]:
     """Lowest switch with room, best fit at that level; switch-ordered ranks."""
     need = _need(job, free)
-    # Free nodes under each switch, counted up each free node's path (not down each switch).
+    by_leaf = free_by_leaf(topology, free) if leaves is None else leaves
+    # Free nodes under each switch, counted up each leaf's path (not down each switch).
     free_under: dict[str, int] = {}
-    for node in topology.in_tree_order(free):
-        for above in topology.path_of(node):
-            free_under[above] = free_under.get(above, 0) + 1
+    for nodes in by_leaf.values():
+        for above in topology.path_of(nodes[0]):
+            free_under[above] = free_under.get(above, 0) + len(nodes)
     by_level: dict[int, list[str]] = {}
     for sw in topology.switches.values():
         by_level.setdefault(sw.level, []).append(sw.name)
@@ -124,15 +127,15 @@ def topo_aware(topology: Topology, free: Sequence[str], job: JobShape,
             break
     else:  # pragma: no cover - the root always fits when enough nodes are free
         raise InfeasibleError("no switch has enough free nodes")
-    leaves = {lf: ns for lf, ns in _leaves(topology, free).items()
-              if switch in topology.path_of(ns[0])}
+    leaves = {lf: ns for lf, ns in by_leaf.items() if switch in topology.path_of(ns[0])}
     one = sorted((len(ns), lf) for lf, ns in leaves.items() if len(ns) >= need)
     if one:
         return leaves[one[0][1]][:need]
     return _take(sorted(leaves.values(), key=len, reverse=True), need)
 
 
-BASELINES: dict[str, Callable[[Topology, Sequence[str], JobShape, random.Random], list[str]]] = {
+BASELINES: dict[str, Callable[[Topology, Sequence[str], JobShape, random.Random,
+                                dict[str, list[str]] | None], list[str]]] = {
     "best-fit": best_fit,
     "random-fit": random_fit,
     "gpu-packing": gpu_packing,
@@ -141,9 +144,11 @@ BASELINES: dict[str, Callable[[Topology, Sequence[str], JobShape, random.Random]
 
 
 def baseline_cells(algo: str, topology: Topology, free: Sequence[str], job: JobShape,
-                   seed: int) -> dict[Cell, list[str]]:
-    """The cells a baseline gives, with today's rank order."""
-    nodes = BASELINES[algo](topology, free, job, random.Random(seed))
+                   seed: int, leaves: dict[str, list[str]] | None = None
+                   ) -> dict[Cell, list[str]]:
+    """The cells a baseline gives, with today's rank order (``leaves``: ``free_by_leaf`` of
+    ``free``, when the caller has it)."""
+    nodes = BASELINES[algo](topology, free, job, random.Random(seed), leaves)
     return cells_from_rank_order(nodes, job)
 
 

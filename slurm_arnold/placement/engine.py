@@ -15,6 +15,7 @@ from slurm_arnold.placement.baselines import (
     aligned_cells,
     baseline_cells,
     block_rule,
+    free_by_leaf,
 )
 from slurm_arnold.placement.bounds import BoxJudge, box_costs
 from slurm_arnold.placement.box import cells_from_layout, layout_fits, solve_box_cells
@@ -152,12 +153,13 @@ def _place_mip(topology: Topology, free: list[str], job: JobShape, alpha: float,
         "dp-aligned": aligned_cells(pool, job, by="dp"),
         "pp-aligned": aligned_cells(pool, job, by="pp"),
     }
+    by_leaf = free_by_leaf(topology, free)
     for name in BASELINES:
         if name == "random-fit":
             for s in START_SEEDS:
                 starts[f"random-fit/{s}"] = baseline_cells(name, topology, free, job, s)
         else:
-            starts[name] = baseline_cells(name, topology, free, job, 0)
+            starts[name] = baseline_cells(name, topology, free, job, 0, by_leaf)
     scored = {name: measure(c, job, topology, alpha) for name, c in starts.items()}
     phases = {"baselines": time.monotonic() - t0}
     valid = [n for n in starts if _group_local(starts[n], topology) and within(scored[n])]
