@@ -62,8 +62,8 @@ from slurm_arnold.snapshot.view import (
     ClusterView,
     free_nodes,
     hostlist_text,
-    may_use,
     narrow_free,
+    reserved_for_others,
 )
 from slurm_arnold.snapshot.wait_plan import plan_nodes
 from slurm_arnold.state import StateDB
@@ -155,11 +155,14 @@ class Binder:
         """Nodes in service that this job may use (partition, reservations, -x/-w/-C)."""
         own = reservation_name(job.job_id)
         part = spec.partition or snap.view.partition
-        blocked: set[str] = set()
-        for res in snap.reservations.values():
-            if res.name != own and res.state.upper() == "ACTIVE" and not may_use(res, job.user):
-                blocked.update(res.nodes)
+        # Its own reservation moves with it; any other holds nodes it cannot run on unless
+        # it names that one (then it runs only there).
+        blocked, only = reserved_for_others(
+            [r for r in snap.reservations.values() if r.name != own], job.user,
+            _named(job, own))
         out = set(snap.usable(part)) - blocked
+        if only is not None:
+            out &= only
         view = ClusterView(snap.view.topology, snap.view.nodes, out, part)
         return narrow_free(view, spec.narrowing(), set())
 
@@ -172,7 +175,8 @@ class Binder:
         # Free now for this job: idle, usable, and nobody else's pending job names them.
         idle = free_nodes(snap.view.topology, snap.view.nodes.values(),
                           [r for r in snap.reservations.values() if r.name != own],
-                          partition=spec.partition or snap.view.partition, user=job.user)
+                          partition=spec.partition or snap.view.partition, user=job.user,
+                          reservation=_named(job, own))
         free = (idle & usable) - others
         lost = sorted(current - usable)
         if not current <= free and len(free) >= spec.shape.nodes:
@@ -328,6 +332,11 @@ class Binder:
                     path.unlink()
             except FileNotFoundError:
                 pass
+
+
+def _named(job: JobInfo, own: str) -> str | None:
+    """The reservation ``job`` names other than its own ``arnold_<id>``, if any."""
+    return job.reservation if job.reservation and job.reservation != own else None
 
 
 def _nearest(topology: Topology, lost: Iterable[str], spares: Iterable[str],

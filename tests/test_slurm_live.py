@@ -131,10 +131,14 @@ def test_reservation_create_show_delete(slurm: Slurm, reservation_name: str) -> 
     assert set(names) <= live_cluster(slurm).free
 
 
-def test_our_own_reservation_leaves_nodes_free_for_us(slurm: Slurm, reservation_name: str) -> None:
+def test_a_reservation_listing_us_frees_its_nodes_only_for_a_job_naming_it(
+        slurm: Slurm, reservation_name: str) -> None:
+    # Slurm runs a job on reserved nodes only when it names the reservation, and a job naming
+    # one only on its nodes: a placement that ignored this would wait for ever.
     name = sorted(n.name for n in tree_nodes(slurm))[0]
     slurm.create_reservation(reservation_name, [name], users=[getpass.getuser()], duration="10")
-    assert name in live_cluster(slurm).free
+    assert name not in live_cluster(slurm).free
+    assert live_cluster(slurm, reservation=reservation_name).free == {name}
 
 
 def test_drained_node_is_not_free(slurm: Slurm) -> None:

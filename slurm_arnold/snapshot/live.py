@@ -5,9 +5,10 @@ and Slurm's own choice of nodes for a job (``sbatch --test-only``)."""
 from __future__ import annotations
 
 import getpass
+from collections.abc import Sequence
 
 from slurm_arnold.errors import ArnoldError
-from slurm_arnold.slurm import Slurm
+from slurm_arnold.slurm import Reservation, Slurm
 from slurm_arnold.snapshot.view import ClusterView, free_nodes
 from slurm_arnold.topology import Topology, is_block_conf, parse_scontrol_topology
 
@@ -19,19 +20,25 @@ def live_cluster(
     partition: str | None = None,
     user: str | None = None,
     topology: Topology | None = None,
+    reservation: str | None = None,
+    reservations: Sequence[Reservation] | None = None,
 ) -> ClusterView:
     """Read the live topology, node states and reservations through the adapter.
 
     ``partition`` defaults to the cluster's default partition; ``user`` to the caller;
     ``topology``, the partition's as ``live_topology`` read it (configuration, which a caller
-    may read before a lock that only the state needs). Raises ``TopologyError`` when Slurm has
-    no usable topology, ``SlurmError`` when a command fails.
+    may read before a lock that only the state needs); ``reservation``: the one the job
+    names, whose nodes are then the only free ones (``view.free_nodes``); ``reservations``:
+    Slurm's, when the caller has read them already. Raises
+    ``TopologyError`` when Slurm has no usable topology, ``SlurmError`` when a command fails.
     """
     part = partition or slurm.default_partition()
     topology = topology or live_topology(slurm, part, minipod_level=minipod_level)
     infos = slurm.nodes()
-    free = free_nodes(topology, infos, slurm.reservations(), partition=part,
-                      user=user or getpass.getuser())
+    free = free_nodes(topology, infos,
+                      slurm.reservations() if reservations is None else reservations,
+                      partition=part,
+                      user=user or getpass.getuser(), reservation=reservation)
     return ClusterView(topology, {n.name: n for n in infos}, free, part)
 
 

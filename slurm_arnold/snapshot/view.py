@@ -3,9 +3,11 @@ and which of them a job may use.
 
 **Free**, for placement, is defined here and only here: a node is free when it is in the
 partition the job asks for (or the default one), its state is IDLE with no flag that makes it
-unavailable (DRAIN, DOWN, NOT_RESPONDING, MAINTENANCE, ...), and it is not in an active
-reservation that the user may not use. Nodes that Slurm knows but the topology does not are
-never free: a placement cannot reason about them.
+unavailable (DRAIN, DOWN, NOT_RESPONDING, MAINTENANCE, ...), and it is in no active reservation
+but the one the job names (``--reservation``), which its user may use. As Slurm has it: the
+nodes of an active reservation run only jobs that name it, whoever its users are, and a job
+that names one runs only on its nodes (unless the reservation has the FLEX flag). Nodes that
+Slurm knows but the topology does not are never free: a placement cannot reason about them.
 """
 
 from __future__ import annotations
@@ -70,12 +72,11 @@ def free_nodes(
     *,
     partition: str | None,
     user: str,
+    reservation: str | None = None,
 ) -> set[str]:
-    """The free nodes (see the module docstring for the definition)."""
-    blocked: set[str] = set()
-    for res in reservations:
-        if res.state.upper() == "ACTIVE" and not may_use(res, user):
-            blocked.update(res.nodes)
+    """The free nodes for a job of ``user`` naming ``reservation`` (or none); see the module
+    docstring for the definition."""
+    blocked, only = reserved_for_others(reservations, user, reservation)
     known = set(topology.nodes)
     return {
         n.name
@@ -85,7 +86,25 @@ def free_nodes(
         and not n.flags & UNAVAILABLE_FLAGS
         and (partition is None or partition in n.partitions)
         and n.name not in blocked
+        and (only is None or n.name in only)
     }
+
+
+def reserved_for_others(reservations: Iterable[Reservation], user: str,
+                        reservation: str | None) -> tuple[set[str], set[str] | None]:
+    """Nodes a job of ``user`` naming ``reservation`` may not use because of reservations, and
+    the only nodes it may use (``None``: no such limit), by Slurm's rule (module docstring)."""
+    blocked: set[str] = set()
+    only: set[str] | None = None
+    for res in reservations:
+        if res.state.upper() != "ACTIVE":
+            continue
+        if reservation and res.name == reservation and may_use(res, user):
+            if "FLEX" not in {f.upper() for f in res.flags}:
+                only = set(res.nodes)
+            continue
+        blocked.update(res.nodes)
+    return blocked, only
 
 
 def offline_cluster(topology: Topology, gpus_per_node: int,

@@ -132,49 +132,6 @@ class NotFreeNow(InfeasibleError):
         self.parallelism = parallelism or Parallelism.of(job)
 
 
-def plan_queued(config: SiteConfig, slurm: Slurm, short: NotFreeNow,
-                sbatch: Mapping[str, str]) -> Placement:
-    """A job that cannot start now: the policy's nodes for it (those that drain soonest,
-    traded against spread), laid out for its own shape, among the nodes it may use at all
-    (its partition, ``-x``, ``-w``, ``-C``: ``sbatch``, its sbatch options). It waits in
-    Slurm's queue for them; ``arnold reserve sync`` re-plans it when one of them fails or
-    enough others free up first, and reserves them when the job is large (at once when the
-    submitter is an admin). Only a job that can never run (more nodes than it may use are in
-    service) is refused."""
-    from predictor.live import LivePredictor
-    from slurm_arnold.snapshot.snapshot import Snapshot
-    from slurm_arnold.snapshot.wait_plan import plan_nodes
-
-    snap = Snapshot.read(slurm, config, partition=sbatch.get("partition"))
-    usable = snap.usable()
-    part = f"partition {snap.view.partition}" if snap.view.partition else "the cluster"
-    if short.job.nodes > len(usable):
-        raise InfeasibleError(f"{short.job.nodes} nodes needed but {part} has only "
-                              f"{len(usable)} in service; ask for at most {len(usable)}")
-    narrowing = dict(sbatch)
-    if len(hostlist.expand_hostlist(sbatch.get("nodelist", ""))) < short.job.nodes:
-        # A -w of fewer nodes than the job asks for names nodes it must include, not the
-        # only ones it may use; the plan does not keep to it (as before this check).
-        narrowing.pop("nodelist", None)
-    allowed = narrow_free(ClusterView(snap.view.topology, snap.view.nodes, set(usable),
-                                      snap.view.partition), narrowing, set())
-    if short.job.nodes > len(allowed):
-        raise InfeasibleError(
-            f"{short.job.nodes} nodes needed but only {len(allowed)} of {part}'s nodes in "
-            "service match its -x/-w/-C; ask for fewer nodes or widen those options")
-    predictor = LivePredictor(config, None, list(snap.jobs.values()))
-    choice = plan_nodes(snap, predictor, short.job,
-                        horizon_s=math.inf, alpha=short.alpha,
-                        spread_weight_h=config.reservation.spread_weight_h, allowed=allowed)
-    assert choice is not None  # an infinite horizon always leaves a pool
-    wait_min = max(0.0, choice.expected_start - snap.now) / 60
-    log.info("%d nodes are not free now; queued for %s, expected to drain in %.0f min "
-             "(weighted spread %.2f); `arnold reserve sync` re-plans it if they fail or others "
-             "free first", short.job.nodes, hostlist.collect_hostlist(list(choice.nodes)),
-             wait_min, choice.placement.metrics.weighted_spread)
-    return choice.placement
-
-
 def explain(target: str, placement: Placement, view: ClusterView, slurm: Slurm,
             default: Path) -> None:
     """``--explain``: our placement beside Slurm's own choice, on stderr (stdout stays
@@ -404,6 +361,8 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
     partition = (request.sbatch.get("partition") or config.partition
                  or slurm.default_partition())
     topology = live_topology(slurm, partition, minipod_level=config.minipod_level)
+    # A job naming a reservation runs only on its nodes; one naming none, on no reserved node.
+    named = request.sbatch.get("reservation") or None
     log.debug("Slurm read through %s", slurm.backend.describe())
     load_solver()
     plans_layout = "model" in request.ours and not {"tp", "pp"} <= set(request.ours)
@@ -414,7 +373,7 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
     if not plans_layout and request.ours.get("placement") != "slurm" \
             and not site_lock_busy(config):
         seen = live_cluster(slurm, minipod_level=config.minipod_level, partition=partition,
-                            topology=topology)
+                            topology=topology, reservation=named)
         seen_free = narrow_free(seen, request.sbatch, taken_by_queue(slurm.jobs(unfinished=True)))
         early = solve_early(seen, seen_free, lambda: plan(
             request, seen, seen_free, slurm, config.network, 1, config.tier_weights))
@@ -423,12 +382,16 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
         locked = time.monotonic()
         log.debug("waited %.3f s for the site lock", locked - asked)
         db.abandon_unfinished()
+        # Each document once: a busy site's queue takes seconds to read, and every other
+        # submission waits for this one.
+        reservations = slurm.reservations()
         view = live_cluster(slurm, minipod_level=config.minipod_level, partition=partition,
-                            topology=topology)
+                            topology=topology, reservation=named, reservations=reservations)
+        queue = slurm.jobs(unfinished=True)
         planned: dict[str, str] = {}
         if plans_layout:
             planned = layout_from_model(request, view, config)
-        free = narrow_free(view, request.sbatch, taken_by_queue(slurm.jobs(unfinished=True)))
+        free = narrow_free(view, request.sbatch, taken_by_queue(queue))
         try:
             if early is not None and early.holds(view, free):
                 log.debug("the cluster is as it was before the site lock: placement solved then")
@@ -443,7 +406,11 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
                 log.info("%s; queued for Slurm to choose (--placement=slurm)", short)
                 return _run_sbatch(_plain_argv(request), request, out, None)
             par, algo, queued = short.parallelism, short.algo, True
-            placement = plan_queued(config, slurm, short, request.sbatch)
+            from slurm_arnold.snapshot.snapshot import Snapshot
+            from slurm_arnold.submit.queued import plan_queued
+
+            placement = plan_queued(config, Snapshot.of(view, queue, reservations), short.job,
+                                    short.alpha, request.sbatch)
         job = placement.job
         segment = segment_args(placement, view.topology,
                                _int_option(request.sbatch.get("segment"), "--segment"))
