@@ -64,6 +64,11 @@ def sync(loop: Loop) -> list[str]:
             release(loop, name, why, snap)
             continue
         row = loop.records.reservation(name)
+        if lpj.held and not (row and row.get("lpj_held")):
+            # Held by its user, an admin or Slurm (a failed launch is requeued held): it may
+            # wait for ever, and its nodes with it. Reserved again once released (step 3).
+            release(loop, name, f"its LPJ is held ({lpj.reason})", snap)
+            continue
         if row is None or row["state"] != "active":
             _adopt(loop, snap, name, lpj)
             row = loop.records.reservation(name)
@@ -74,6 +79,7 @@ def sync(loop: Loop) -> list[str]:
     # 3. New reservations for imminent LPJs, in priority order.
     ours = sum(1 for n in snap.reservations if lpj_of(n) is not None
                and snap.jobs.get(lpj_of(n) or -1) is not None)
+    made = 0
     for queued in by_priority(snap.jobs.values()):
         if ours >= loop.settings.max_reservations:
             break
@@ -97,7 +103,17 @@ def sync(loop: Loop) -> list[str]:
             log.warning("job %d: %s", job.job_id, exc)
             continue
         ours += 1
+        made += 1
         snap = Snapshot.read(loop.slurm, loop.config)
+    if made:
+        # A reservation may take nodes a job behind its LPJ was planned on: that job is
+        # planned again in this pass, not left bound to nodes it may not use until the next.
+        with site_lock(loop.config):
+            snap, predictor = loop.snapshot()
+            moved = Binder(loop.config, loop.state, loop.slurm).run(snap, predictor)
+        loop.actions.extend(moved)
+        if moved:
+            snap, predictor = loop.snapshot()
     # 4. Admissions for short jobs waiting for nodes.
     if any(lpj_of(n) is not None for n in snap.reservations):
         for job in by_priority(snap.jobs.values()):

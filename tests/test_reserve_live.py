@@ -593,3 +593,23 @@ def test_two_users_admitted_in_one_sync_both_stay_in_the_reservation(
     assert {first, second} <= set(ours(slurm)[name].users)
     for job in jobs:
         wait_state(slurm, job, {"RUNNING"}, timeout=30)
+
+
+def test_a_reservation_whose_lpj_someone_else_holds_is_released_and_made_again(
+        slurm: Slurm, env: dict[str, str]) -> None:
+    # Held by an admin (or by Slurm: a failed launch is requeued held), the LPJ may wait for
+    # ever and its reserved nodes with it; seen in `arnold bench site` after a slurmctld kill.
+    fill(48, limit_min=5, seconds=290)
+    lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=3", "--wrap", "sleep 1")
+    wait_state(slurm, lpj, {"PENDING"})
+    actions = json.loads(arnold(env, "reserve", "sync", "--json").stdout)
+    assert f"created arnold_{lpj} on 24 nodes for job {lpj}" in actions
+    slurm.hold(lpj)
+    actions = json.loads(arnold(env, "reserve", "sync", "--json").stdout)
+    assert f"deleted arnold_{lpj} (its LPJ is held (JobHeldAdmin))" in actions, actions
+    assert f"arnold_{lpj}" not in ours(slurm)
+    assert json.loads(arnold(env, "reserve", "sync", "--json").stdout) == []
+    slurm.release(lpj)
+    wait_state(slurm, lpj, {"PENDING"})
+    actions = json.loads(arnold(env, "reserve", "sync", "--json").stdout)
+    assert f"created arnold_{lpj} on 24 nodes for job {lpj}" in actions, actions

@@ -43,8 +43,9 @@ class JobInfo:
 
     @property
     def held(self) -> bool:
-        """Held by a user or an admin (``scontrol hold``)."""
-        return self.reason in ("JobHeldAdmin", "JobHeldUser")
+        """Held: by a user or an admin (``scontrol hold``), or by Slurm itself (a job whose
+        launch failed is requeued held: ``launch failed requeued held``)."""
+        return "held" in self.reason.lower()
 
 
 def gpus_in_tres(text: str | None) -> int:
