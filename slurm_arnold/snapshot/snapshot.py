@@ -54,17 +54,24 @@ class Snapshot:
     def read(cls, slurm: Slurm, config: SiteConfig, partition: str | None = None) -> Snapshot:
         """Read the cluster now (``partition``: the one its usable nodes are of, default the
         site's)."""
+        reservations = slurm.reservations()
         view = live_cluster(slurm, minipod_level=config.minipod_level,
-                            partition=partition or config.partition)
-        jobs = {j.job_id: j for j in slurm.jobs()}
+                            partition=partition or config.partition, reservations=reservations)
+        return cls.of(view, slurm.jobs(), reservations)
+
+    @classmethod
+    def of(cls, view: ClusterView, jobs: Iterable[JobInfo],
+           reservations: Iterable[Reservation]) -> Snapshot:
+        """A snapshot of what a caller has read already (arnold-sbatch, under the site lock,
+        reads each document once: the queue of a busy site costs seconds to read)."""
+        by_id = {j.job_id: j for j in jobs}
         busy: dict[str, set[int]] = {}
-        for j in jobs.values():
+        for j in by_id.values():
             if j.state in ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"):
                 for n in j.nodes:
                     busy.setdefault(n, set()).add(j.job_id)
         g = view.common_gpus(view.topology.nodes) if view.nodes else 8
-        return cls(time.time(), view, jobs, {r.name: r for r in slurm.reservations()}, g,
-                   busy)
+        return cls(time.time(), view, by_id, {r.name: r for r in reservations}, g, busy)
 
     def usable(self, partition: str | None = None) -> list[str]:
         """Nodes of the partition (default: the snapshot's), in tree order, that are up (busy
