@@ -108,6 +108,15 @@ class Records:
                 db["reservations"].update(reservation,  # type: ignore[union-attr]
                                           {"nodes": nodes})
 
+    def prolog_run(self, job_id: int, user: str, outcome: str, seconds: float,
+                   now: float) -> None:
+        """One run of arnold-prolog: its outcome (``none``, ``kept``, ``mapped``) and how long
+        it took from its process's start."""
+        with self.state.transaction() as db:
+            db["prolog_runs"].insert({  # type: ignore[union-attr]
+                "job_id": job_id, "user": user, "outcome": outcome, "seconds": seconds,
+                "at": now})
+
     def bindings_of(self, job_ids: Iterable[int]) -> dict[int, list[dict[str, object]]]:
         """Every binding decision of these jobs, oldest first."""
         wanted = list(dict.fromkeys(job_ids))

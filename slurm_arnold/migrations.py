@@ -90,6 +90,17 @@ def _add_reservation_idle(db: sqlite_utils.Database) -> None:
     table.add_column("idle_checked_at", float)  # type: ignore[union-attr]
 
 
+def _create_prolog_runs(db: sqlite_utils.Database) -> None:
+    # slurm_arnold/prolog.py: every run of arnold-prolog, what it did and how long slurmctld
+    # waited for it (from its process's start).
+    db["prolog_runs"].create(  # type: ignore[union-attr]
+        {"id": int, "job_id": int, "user": str, "outcome": str, "seconds": float,
+         "at": float},
+        pk="id",
+    )
+    db["prolog_runs"].create_index(["job_id"])  # type: ignore[union-attr]
+
+
 #: Every schema step, in the order it is applied.
 STEPS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("0001_jobs", _create_jobs),
@@ -97,6 +108,7 @@ STEPS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("0003_reservations", _create_reservations),
     ("0004_bindings", _create_bindings),
     ("0005_reservation_idle", _add_reservation_idle),
+    ("0006_prolog_runs", _create_prolog_runs),
 ]
 
 

@@ -206,12 +206,24 @@ class Outcome:
     seconds: float = 0.0
 
 
-def prolog(config: SiteConfig, env: MappingType[str, str]) -> Outcome:
-    """Make the rank file of the starting job (see the module docstring)."""
+def prolog(config: SiteConfig, env: MappingType[str, str], *,
+           started: float | None = None) -> Outcome:
+    """Make the rank file of the starting job (see the module docstring). ``started``: the
+    ``time.monotonic()`` the process started at, so that the time recorded is what slurmctld
+    waited (interpreter and imports included); default now."""
+    t0 = time.monotonic() if started is None else started
+    job = starting_job(env)
+    outcome = _outcome(config, job, t0)
+    if outcome.kind != "none":
+        # A job that wants none of our ranks is answered without the database (sqlite-utils
+        # and numpy cost a plain job's start a fifth of a second).
+        _record_run(config, job, outcome.kind, time.monotonic() - t0)
+    return outcome
+
+
+def _outcome(config: SiteConfig, job: StartingJob, t0: float) -> Outcome:
     from slurm_arnold.slurm import Slurm
 
-    t0 = time.monotonic()
-    job = starting_job(env)
     slurm = Slurm()
     wanted = wanted_from_spec(config, job)
     script = slurm.batch_script(job.job_id, SCRIPT_LIMIT) if wanted is None else None
@@ -276,6 +288,25 @@ def _gpus_per_node(slurm: Slurm, job: StartingJob, fallback: int) -> int:
     if info is not None and info.gpus and info.gpus % len(job.nodes) == 0:
         return info.gpus // len(job.nodes)
     return fallback
+
+
+def _record_run(config: SiteConfig, job: StartingJob, outcome: str, seconds: float) -> None:
+    """A ``prolog_runs`` row: what the prolog did for the job and how long slurmctld waited
+    for it. Where the site database is not writable by the account slurmctld runs the prolog
+    as, nothing (the rank file is what matters; ``_record`` warns once for the job)."""
+    from reservations.records import Records
+    from slurm_arnold.site_state import open_site_db
+
+    try:
+        state = open_site_db(config, write=True)
+    except (StateError, OSError):
+        return
+    try:
+        Records(state).prolog_run(job.job_id, job.user, outcome, seconds, time.time())
+    except (StateError, OSError) as exc:
+        log.warning("job %d: prolog time not recorded (%s)", job.job_id, exc)
+    finally:
+        state.close()
 
 
 def _record(config: SiteConfig, job: StartingJob, planned: list[str], spread: float,

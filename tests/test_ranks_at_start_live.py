@@ -105,6 +105,15 @@ def test_a_plain_sbatch_job_with_arnold_lines_gets_ranks_for_its_allocation(
     assert row["kind"] == "start" and "#ARNOLD lines" in row["reason"]
     # Never worse than Slurm's own order on the same nodes (the row holds both).
     assert row["weighted_spread"] <= row["previous_spread"]
+    # The prolog's own time, from its process's start: Python's start-up alone is more than
+    # a hundredth of a second, and slurmctld's PrologSlurmctld timeout is far above a minute.
+    state = open_site_db(site)
+    try:
+        runs = list(state.db["prolog_runs"].rows_where("job_id = ?", [job_id]))
+    finally:
+        state.close()
+    assert [r["outcome"] for r in runs] == ["mapped"]
+    assert 0.01 < runs[0]["seconds"] < 60
 
 
 def test_a_plain_job_without_arnold_lines_is_left_alone(site: Any, slurm: Slurm) -> None:

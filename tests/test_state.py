@@ -11,7 +11,7 @@ from slurm_arnold.errors import StateError
 from slurm_arnold.state import StateDB
 
 ALL_MIGRATIONS = ["0001_jobs", "0002_history", "0003_reservations", "0004_bindings",
-                  "0005_reservation_idle"]
+                  "0005_reservation_idle", "0006_prolog_runs"]
 
 
 def test_new_database_has_a_rollback_journal_and_is_migrated(tmp_path: Path) -> None:
@@ -118,6 +118,17 @@ def test_a_database_from_before_idle_accounting_gains_its_columns(tmp_path: Path
     again = StateDB(tmp_path / "arnold.db")
     row = again.db.table("reservations").get("arnold_7")
     assert row["idle_node_s"] == 0.0 and row["idle_nodes"] is None and row["lpj_job_id"] == 7
+
+
+def test_a_database_from_before_prolog_timing_gains_its_table(tmp_path: Path) -> None:
+    db = StateDB(tmp_path / "arnold.db")
+    db.db.table("bindings").insert({"job_id": 9, "kind": "start", "reason": "mapped"})
+    db.conn.execute("DELETE FROM _sqlite_migrations WHERE name = '0006_prolog_runs'")
+    db.conn.execute("DROP TABLE prolog_runs")
+    db.close()
+    again = StateDB(tmp_path / "arnold.db")
+    assert "prolog_runs" in again.db.table_names()
+    assert next(again.db.table("bindings").rows)["job_id"] == 9
 
 
 def test_a_wal_database_of_an_earlier_version_leaves_wal_on_opening(tmp_path: Path) -> None:

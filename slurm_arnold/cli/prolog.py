@@ -15,6 +15,20 @@ import sys
 from slurm_arnold.cli.logs import show
 
 
+def _process_start() -> float | None:
+    """When this process started, on ``time.monotonic()``'s clock, so that the prolog's
+    recorded time includes Python's start-up (Linux's /proc; None elsewhere)."""
+    import time
+
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return time.monotonic() - max(0.0, age)
+
+
 def main() -> None:
     """Entry point of ``arnold-prolog``."""
     level = logging.DEBUG if os.environ.get("ARNOLD_DEBUG") else logging.INFO
@@ -27,7 +41,7 @@ def main() -> None:
     from slurm_arnold.prolog import prolog
 
     try:
-        outcome = prolog(load_config(), os.environ)
+        outcome = prolog(load_config(), os.environ, started=_process_start())
     except ArnoldError as exc:
         log.warning("%s", exc)
     except Exception as exc:  # never fail the prolog: see the docstring
