@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 
 from slurm_arnold.cli.bench_sim import bench_sim
+from slurm_arnold.cli.bench_site import bench_site
 from slurm_arnold.cli.options import (
     Finite,
     against_option,
@@ -27,6 +28,7 @@ def bench() -> None:
 
 
 bench.add_command(bench_sim)
+bench.add_command(bench_site)
 
 
 @bench.command("placement")
