@@ -29,3 +29,6 @@ LOGS = (LogSetup("KTH", "KTH-SP2-1996-2.swf.gz", 4, 4, 7, 8.0),
         LogSetup("HPC2N", "HPC2N-2002-2.2-cln.swf.gz", 4, 4, 8, 4.0, HPC2N_JOBS),
         LogSetup("SDSC-SP2", "SDSC-SP2-1998-4.2-cln.swf.gz", 4, 4, 8, 8.0))
 LOG_NAMES = tuple(setup.name for setup in LOGS)
+#: The replay at a site's size (``arnold bench sim --site-scale``): HPC2N's first 100,000 jobs
+#: with each processor taken as 8 GPUs, on 1,024 nodes of 8 GPUs (8 minipods x 8 leaves x 16).
+HPC2N_1024 = LogSetup("HPC2N-1024", "HPC2N-2002-2.2-cln.swf.gz", 8, 8, 16, 8.0, HPC2N_JOBS)

@@ -491,6 +491,51 @@ def scale_markdown(runs: Sequence[dict[str, Any]], command: str) -> str:
     return "\n".join(lines)
 
 
+#: The site-size replays' target (s): the issue's 5 minutes for the 100,000 jobs on 1,024
+#: nodes, 60 s for Curie's 10,000 on 5,120.
+SITE_SCALE_TARGETS = {"HPC2N-1024": 300.0, "Curie": 60.0}
+
+
+def site_scale_runs(data_dir: Path, progress: Callable[[str], None] | None = None,
+                    limit: int | None = None) -> list[dict[str, Any]]:
+    """``--policy arnold --predictor model_q --mode share`` on the site-size cases: HPC2N's
+    first 100,000 jobs on 1,024 nodes (``benchmarks.logs.HPC2N_1024``) and Curie's 10,000 on
+    its 5,120; each run's metrics, wall time and target."""
+    from benchmarks.logs import HPC2N_1024, LOGS
+
+    runs = []
+    for setup in (HPC2N_1024, next(s for s in LOGS if s.name == "Curie")):
+        if not (data_dir / setup.file).exists():
+            continue
+        records = read_log(data_dir, setup, limit)
+        if progress:
+            progress(f"{setup.name}: {len(records):,} jobs on "
+                     f"{setup.pods * setup.leaves * setup.nodes:,} nodes")
+        row = run_one(records, setup, "arnold", "model_q", "share")
+        runs.append(row | {"log": setup.name, "nodes": setup.pods * setup.leaves * setup.nodes,
+                           "target_s": SITE_SCALE_TARGETS[setup.name]})
+    return runs
+
+
+def site_scale_markdown(runs: Sequence[dict[str, Any]], command: str) -> str:
+    """The site-size replay section."""
+    lines = ["## Simulator: replay speed at a site's size", "",
+             f"Command: `{command}` (`--policy arnold --predictor model_q --mode share`; "
+             "HPC2N-1024: HPC2N's first 100,000 jobs with each processor taken as 8 GPUs on "
+             "1,024 nodes x 8 GPUs, 8 minipods x 8 leaves x 16).", "",
+             "| case | jobs | nodes | LPJs | LPJ wait h | LPJ spread | mean wait h | "
+             "placements solved / reused | replay (s) | target |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        ok = r["seconds"] <= r["target_s"]
+        lines.append(f"| {r['log']} | {r['jobs']:,} | {r['nodes']:,} | {r['lpjs']} | "
+                     f"{r['lpj_mean_wait_h']:.3f} | {r['lpj_mean_weighted_spread']:.3f} | "
+                     f"{r['mean_wait_h']:.3f} | {r['placements_solved']} / "
+                     f"{r['placements_reused']} | {r['seconds']} | <= {r['target_s']:g} s: "
+                     f"{'met' if ok else 'NOT met'} |")
+    return "\n".join(lines)
+
+
 def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}" if b else "-"
 

@@ -1031,3 +1031,18 @@ def test_variants_sections_are_named_by_load_held_out_and_the_picked_variants() 
     every = variants_markdown(rows, "cmd", 1.0)
     assert "the variants the command names" in picked and "each variant" not in picked
     assert "each variant of `benchmarks.sim.VARIANTS`" in every
+
+
+def test_bench_sim_site_scale_quick_replays_both_cases_on_their_trees() -> None:
+    hpc2n = KTH.parent / "HPC2N-2002-2.2-cln.swf.gz"
+    if not hpc2n.exists():
+        pytest.skip(f"{hpc2n} is absent (the shared data is not beside this checkout)")
+    result = CliRunner().invoke(main, ["bench", "sim", "--quick", "--site-scale", "--json",
+                                       "--data", str(KTH.parent)])
+    assert result.exit_code == 0, result.output
+    runs = {r["log"]: r for r in json.loads(result.stdout)}
+    assert {name: (r["nodes"], r["jobs"]) for name, r in runs.items()} == {
+        "HPC2N-1024": (1024, 1000), "Curie": (5120, 1000)}
+    assert all(r["policy"] == "arnold" and r["predictor"] == "model_q" for r in runs.values())
+    bad = CliRunner().invoke(main, ["bench", "sim", "--site-scale", "--variants"])
+    assert bad.exit_code == 2

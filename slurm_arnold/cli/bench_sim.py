@@ -47,10 +47,13 @@ from slurm_arnold.errors import ArnoldError
 @click.option("--workdir", type=click.Path(file_okay=False), default=None,
               help="With --slurm: where the tasks read their runs and write results (must "
                    "be readable on the nodes).  [default: a new directory here]")
+@click.option("--site-scale", is_flag=True,
+              help="Instead, time arnold/model_q/share at a site's size: HPC2N's first "
+                   "100,000 jobs on 1,024 nodes x 8 GPUs, and Curie's 10,000 on 5,120.")
 @json_option()
 def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons: str,
               variants: bool, only_variants: tuple[str, ...], load: float, held_out: bool,
-              block_nodes: int | None, on_slurm: bool, workdir: str | None,
+              block_nodes: int | None, on_slurm: bool, workdir: str | None, site_scale: bool,
               as_json: bool) -> None:
     """slurm vs arnold with every predictor and mode on the shared logs, and replay speed."""
     from benchmarks.logs import LOGS
@@ -86,6 +89,27 @@ def bench_sim(quick: bool, data: str, scale: int, docs: str, logs: str, horizons
             raise click.BadParameter(f"unknown variant {stray[0]!r}; use some of "
                                      f"{', '.join(repr(v) for v in VARIANTS)}",
                                      param_hint="--variant")
+    if site_scale:
+        from benchmarks.sim import site_scale_markdown, site_scale_runs
+
+        if on_slurm or horizons or variants or held_out or block_nodes is not None:
+            raise click.UsageError("--site-scale is a run of its own: drop the other modes")
+        timed = site_scale_runs(Path(data), lambda what: click.echo(
+            f"arnold: bench sim: {what}", err=True), limit=1000 if quick else None)
+        if not timed:
+            raise ArnoldError(f"no shared logs in {data}; pass --data DIR")
+        if not quick:
+            from benchmarks.placement import write_section
+
+            write_section(Path(docs), "sim-site-scale",
+                          site_scale_markdown(timed, "arnold bench sim --site-scale"))
+        if as_json:
+            click.echo(json.dumps(timed))
+            return
+        for r in timed:
+            click.echo(f"{r['log']}: {r['jobs']:,} jobs on {r['nodes']:,} nodes in "
+                       f"{r['seconds']} s (target {r['target_s']:g} s)")
+        return
     if on_slurm and horizons:
         raise click.UsageError("--slurm runs the comparison or --variants, not --horizons")
     if held_out and (horizons or block_nodes is not None):
