@@ -299,7 +299,7 @@ def _cancel(job_ids: Sequence[str]) -> None:
 
 
 # -- results -----------------------------------------------------------------------------
-def arm_metrics(arm: Arm, jobs: Sequence[StreamJob], cluster_nodes: int,
+def arm_metrics(arm: Arm, cluster_nodes: int,
                 topology: Any, spreads: dict[int, float],
                 planned: dict[int, tuple[frozenset[str], float]] | None = None
                 ) -> dict[str, Any]:
@@ -329,7 +329,6 @@ def arm_metrics(arm: Arm, jobs: Sequence[StreamJob], cluster_nodes: int,
             shape = JobShape(8, s.job.pp, s.job.nodes // s.job.pp, 8)
             cells = cells_from_rank_order(list(f.nodes), shape)
             large_spreads.append(measure(cells, shape, topology, 0.5).weighted_spread)
-    starts = [f.start for _, f in ran if f.start is not None]
     ends = [f.end for _, f in ran if f.end is not None]
     busy = sum(len(f.nodes) * ((f.end or f.start or 0) - (f.start or 0)) for _, f in ran)
     span = (max(ends) - min(f.submit for _, f in ran)) if ran and ends else 0
@@ -346,7 +345,6 @@ def arm_metrics(arm: Arm, jobs: Sequence[StreamJob], cluster_nodes: int,
         "large_mean_spread": round(statistics.fmean(large_spreads), 3) if large_spreads
         else None,
         "utilisation": round(busy / (cluster_nodes * span), 3) if span else None,
-        "first_start_s": min(starts) - int(time.time()) if starts else None,
         "submit_p50_s": quantile(arnold_times, 0.5),
         "submit_p95_s": quantile(arnold_times, 0.95),
         "plain_sbatch_p50_s": quantile(plain_times, 0.5),

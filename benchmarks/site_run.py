@@ -105,7 +105,7 @@ def run(spec: SiteSpec, progress: Callable[[str], None] = lambda _: None) -> dic
         site_db if site_db.exists() else None, user_dbs,
         set(site_checks.reservations()))
     planned = planned_spreads(user_dbs, ids)
-    result["arnold"] = arm_metrics(arm, jobs, cluster_nodes, topology, spreads, planned) | {
+    result["arnold"] = arm_metrics(arm, cluster_nodes, topology, spreads, planned) | {
         "prolog_jobs": len(prolog), "prolog_p50_s": quantile(prolog, 0.5),
         "prolog_p95_s": quantile(prolog, 0.95), "state_db_bytes": db_bytes(dbs),
         "databases": len(dbs)}
@@ -117,7 +117,7 @@ def run(spec: SiteSpec, progress: Callable[[str], None] = lambda _: None) -> dic
         t0 = time.monotonic()
         base = runner.run_arm("sbatch", spec.users)
         result["sbatch_wall_s"] = round(time.monotonic() - t0)
-        result["sbatch"] = arm_metrics(base, jobs, cluster_nodes, topology, {})
+        result["sbatch"] = arm_metrics(base, cluster_nodes, topology, {})
     result["held"] = findings.held() and all(f["held"] for f in result["faults"])
     result["targets"] = targets(result)
     return result
@@ -171,8 +171,7 @@ def markdown(result: dict[str, Any], command: str) -> str:
     row("large jobs' mean weighted spread", "large_mean_spread")
     row("everyone's mean wait", "mean_wait_s", " s")
     row("utilisation", "utilisation")
-    row("sync pass p50 / p95", "sync_p50_s", " s")
-    lines[-1] = (f"| sync pass p50 / p95 / max (first) | {a['sync_p50_s']} / {a['sync_p95_s']}"
+    lines.append(f"| sync pass p50 / p95 / max (first) | {a['sync_p50_s']} / {a['sync_p95_s']}"
                  f" / {a['sync_max_s']} s ({a['sync_first_s']} s) | - |")
     lines.append(f"| submission p50 / p95 (large jobs) | {a['submit_p50_s']} / "
                  f"{a['submit_p95_s']} s (arnold-sbatch) | "

@@ -46,12 +46,7 @@ def sync(loop: Loop) -> list[str]:
     """One pass (see the module docstring); the actions taken."""
     # 0. Waiting jobs placed by arnold-sbatch: moved to nodes free now, or off nodes that
     #    failed, under the submit lock so no submission plans on the nodes a job is moved onto.
-    with site_lock(loop.config):
-        snap, predictor = loop.snapshot()
-        moved = Binder(loop.config, loop.state, loop.slurm).run(snap, predictor)
-    loop.actions.extend(moved)
-    if moved:
-        snap, predictor = loop.snapshot()
+    snap, predictor = _bind_waiting(loop)
     # 1. Ours in Slurm: delete those whose LPJ is gone; adopt unknown ones; bind; release an
     #    LPJ we held once its admitted jobs have started.
     for name in sorted(snap.reservations):
@@ -108,12 +103,7 @@ def sync(loop: Loop) -> list[str]:
     if made:
         # A reservation may take nodes a job behind its LPJ was planned on: that job is
         # planned again in this pass, not left bound to nodes it may not use until the next.
-        with site_lock(loop.config):
-            snap, predictor = loop.snapshot()
-            moved = Binder(loop.config, loop.state, loop.slurm).run(snap, predictor)
-        loop.actions.extend(moved)
-        if moved:
-            snap, predictor = loop.snapshot()
+        snap, predictor = _bind_waiting(loop)
     # 4. Admissions for short jobs waiting for nodes.
     if any(lpj_of(n) is not None for n in snap.reservations):
         for job in by_priority(snap.jobs.values()):
@@ -122,6 +112,18 @@ def sync(loop: Loop) -> list[str]:
                     and job.reason in WAITING_FOR_NODES):
                 admit(loop, snap, predictor, job, "sync")
     return loop.actions
+
+
+def _bind_waiting(loop: Loop) -> tuple[Snapshot, LivePredictor]:
+    """The binder's pass over waiting jobs (``reservations.binder``), under the submit lock so
+    no submission plans on the nodes a job is moved onto; the cluster as it is after it."""
+    with site_lock(loop.config):
+        snap, predictor = loop.snapshot()
+        moved = Binder(loop.config, loop.state, loop.slurm).run(snap, predictor)
+    loop.actions.extend(moved)
+    if moved:
+        snap, predictor = loop.snapshot()
+    return snap, predictor
 
 
 def _keep_in_step(loop: Loop, snap: Snapshot, predictor: LivePredictor, name: str,
