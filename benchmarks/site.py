@@ -12,6 +12,7 @@ of ``benchmarks.site_checks`` is checked from Slurm's commands and the SQLite fi
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import random
@@ -127,6 +128,7 @@ class SyncPass:
     returncode: int
     stderr: str
     killed: bool = False
+    stdout: str = ""
 
 
 @dataclass
@@ -146,8 +148,10 @@ class Runner:
     """Runs the arms on the live cluster (root: users, the admin loop, the faults)."""
 
     def __init__(self, jobs: Sequence[StreamJob], *, sync_every: float, deadline_s: float,
-                 large_gpus: int, progress: Callable[[str], None]) -> None:
+                 large_gpus: int, progress: Callable[[str], None],
+                 passes_log: Path | None = None) -> None:
         self.jobs = list(jobs)
+        self.passes_log = passes_log
         self.sync_every = sync_every
         self.deadline_s = deadline_s
         self.progress = progress
@@ -210,19 +214,26 @@ class Runner:
         with self.lock:
             t0 = time.perf_counter()
             proc = subprocess.Popen([str(self.venv / "bin" / "arnold"), "reserve", "sync"],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True, env=self.sync_env, cwd="/")
             self.sync_proc = proc
             killed = False
             try:
                 if killer is not None:
                     killed = killer(proc)
-                _, err = proc.communicate(timeout=600)
+                out, err = proc.communicate(timeout=600)
             finally:
                 self.sync_proc = None
             done = SyncPass(time.monotonic() - arm.started_at, time.perf_counter() - t0,
-                            proc.returncode, err, killed)
+                            proc.returncode, err, killed, out)
         arm.passes.append(done)
+        if self.passes_log is not None:
+            with self.passes_log.open("a") as f:
+                f.write(json.dumps({"arm": arm.name, "at_s": round(done.at, 1),
+                                    "seconds": round(done.seconds, 3),
+                                    "returncode": done.returncode, "killed": done.killed,
+                                    "actions": done.stdout.splitlines(),
+                                    "stderr": done.stderr.splitlines()}) + "\n")
         return done
 
     def _admin_loop(self, arm: Arm) -> None:
@@ -335,6 +346,9 @@ def arm_metrics(arm: Arm, cluster_nodes: int,
     arnold_times = [s.seconds for s in arm.submitted if s.job.large and s.job_id is not None]
     plain_times = [s.seconds for s in arm.submitted if not s.job.large and s.job_id is not None]
     passes = [p.seconds for p in arm.passes if not p.killed]
+    failed = [p for p in arm.passes if not p.killed and p.returncode != 0]
+    warnings = list(dict.fromkeys(line for p in arm.passes if not p.killed
+                                  for line in p.stderr.splitlines() if line.strip()))
     return {
         "arm": arm.name, "submitted": sum(1 for s in arm.submitted if s.job_id is not None),
         "failed_submissions": sum(1 for s in arm.submitted if s.job_id is None),
@@ -353,6 +367,8 @@ def arm_metrics(arm: Arm, cluster_nodes: int,
         "sync_p95_s": quantile(passes, 0.95),
         "sync_max_s": round(max(passes), 3) if passes else None,
         "sync_first_s": round(passes[0], 3) if passes else None,
+        "sync_failed": len(failed),
+        "sync_warnings": warnings[:10],
     }
 
 

@@ -48,6 +48,8 @@ class SiteSpec:
     large_nodes: int = 32
     #: Seconds after the start when jobs still queued are cancelled (None: generous).
     deadline_s: float | None = None
+    #: Where each pass of the admin loop is written (JSON lines), if anywhere.
+    passes_log: Path | None = None
 
 
 def run(spec: SiteSpec, progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
@@ -79,7 +81,8 @@ def run(spec: SiteSpec, progress: Callable[[str], None] = lambda _: None) -> dic
              f"({sum(j.large for j in jobs)} large, through arnold-sbatch), {len(users)} users")
     runner = Runner(jobs, sync_every=spec.sync_every,
                     deadline_s=spec.deadline_s or spec.submit_s + 4 * spec.work_s + 600,
-                    large_gpus=spec.large_nodes * 8, progress=progress)
+                    large_gpus=spec.large_nodes * 8, progress=progress,
+                    passes_log=spec.passes_log)
     span = spec.submit_s + spec.work_s
     times = seeded_times(spec.seed, len(spec.faults), spec.fault_window[0] * span,
                          spec.fault_window[1] * span)

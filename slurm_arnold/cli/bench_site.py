@@ -43,12 +43,15 @@ QUICK = {"jobs": 200, "users": 6, "submit_s": 40.0, "work_s": 50.0, "sync_every"
               help="Replay the stream with plain sbatch afterwards.")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Moves the faults' moments.")
+@click.option("--passes", "passes_log", type=click.Path(dir_okay=False, writable=True),
+              default=None, help="Append each pass of the admin loop to this file (JSON "
+              "lines: when, seconds, exit status, its actions and warnings).")
 @docs_option
 @json_option()
 def bench_site(quick: bool, log: str, data: str, n_jobs: int, users: int,
                submit_minutes: float, work_minutes: float, sync_every: float, faults: str,
-               down_s: float, large_nodes: int, baseline: bool, seed: int, docs: str,
-               as_json: bool) -> None:
+               down_s: float, large_nodes: int, baseline: bool, seed: int,
+               passes_log: str | None, docs: str, as_json: bool) -> None:
     """A site's size and its faults on the live cluster (root)."""
     from benchmarks.site_faults import FULL, KINDS, SMOKE
     from benchmarks.site_run import SiteSpec, markdown, run
@@ -67,13 +70,15 @@ def bench_site(quick: bool, log: str, data: str, n_jobs: int, users: int,
     spec = SiteSpec(log=log, data_dir=Path(data), jobs=n_jobs, users=users,
                     submit_s=submit_minutes * 60, work_s=work_minutes * 60,
                     sync_every=sync_every, faults=names, down_s=down_s, baseline=baseline,
-                    seed=seed, large_nodes=large_nodes)
+                    seed=seed, large_nodes=large_nodes,
+                    passes_log=Path(passes_log) if passes_log else None)
     if quick:
         spec = SiteSpec(log=log, data_dir=Path(data), jobs=int(QUICK["jobs"]),
                         users=int(QUICK["users"]), submit_s=QUICK["submit_s"],
                         work_s=QUICK["work_s"], sync_every=QUICK["sync_every"], faults=names,
                         down_s=QUICK["down_s"], baseline=False, seed=seed,
-                        large_nodes=large_nodes, deadline_s=QUICK["deadline_s"])
+                        large_nodes=large_nodes, deadline_s=QUICK["deadline_s"],
+                        passes_log=spec.passes_log)
     result = run(spec, progress=lambda what: click.echo(f"arnold: bench site: {what}",
                                                          err=True))
     command = (f"arnold bench site --log {log} --jobs {n_jobs} --users {users} "
