@@ -12,10 +12,11 @@ every such job still pending, in Slurm's priority order:
   plain sbatch; it waits at most one loop period longer;
 * **repairs** its plan when a planned node became unusable (DRAIN, even while still running a
   job; DOWN, NOT_RESPONDING, FAIL; a maintenance reservation the user may not use; out of the
-  partition): the lost nodes are replaced by the nearest spares (same leaf, then minipod, then
-  the ones that drain first; the way Kueue's topology-aware scheduling replaces a failed node)
-  and the mapping solved on the new set, or the job is planned afresh when that costs less by
-  the reservation policy's measure (expected wait + ``spread_weight_h`` x weighted spread).
+  partition; not nodes held for a large job ahead of it, which it waits for as it would for
+  nodes running that job): the lost nodes are replaced by the nearest spares (same leaf,
+  then minipod, then the ones that drain first; the way Kueue's topology-aware scheduling
+  replaces a failed node) and the mapping solved on the new set, or the job is planned
+  afresh when that costs less by the reservation policy's measure (expected wait + ``spread_weight_h`` x weighted spread).
 * **replans** it when its planned nodes now drain clearly later than others would (a job on
   them outran its prediction or had its limit raised): planned afresh, and moved when that
   beats its plan by ``reservation.replan_gain_min`` of the same measure.
@@ -54,6 +55,8 @@ from slurm_arnold.snapshot.queue import (
     ALIVE,
     FINISHED,
     by_priority,
+    lpj_of,
+    queue_order,
     reservation_name,
     taken_by_queue,
 )
@@ -151,14 +154,17 @@ class Binder:
             log.warning("job %d: %s; left as it is", job.job_id, exc)
             return None
 
-    def usable_for(self, snap: Snapshot, job: JobInfo, spec: JobSpec) -> set[str]:
-        """Nodes in service that this job may use (partition, reservations, -x/-w/-C)."""
+    def usable_for(self, snap: Snapshot, job: JobInfo, spec: JobSpec,
+                   waiting_for: Iterable[str] = ()) -> set[str]:
+        """Nodes in service that this job may use (partition, reservations, -x/-w/-C); the
+        reservations ``waiting_for`` are left out, as if already gone."""
         own = reservation_name(job.job_id)
         part = spec.partition or snap.view.partition
+        skip = {own, *waiting_for}
         # Its own reservation moves with it; any other holds nodes it cannot run on unless
         # it names that one (then it runs only there).
         blocked, only = reserved_for_others(
-            [r for r in snap.reservations.values() if r.name != own], job.user,
+            [r for r in snap.reservations.values() if r.name not in skip], job.user,
             _named(job, own))
         out = set(snap.usable(part)) - blocked
         if only is not None:
@@ -178,7 +184,10 @@ class Binder:
                           partition=spec.partition or snap.view.partition, user=job.user,
                           reservation=_named(job, own))
         free = (idle & usable) - others
-        lost = sorted(current - usable)
+        # Nodes held for a large job ahead of this one are busy until it ends (its
+        # reservation goes with it), as nodes running a job are: not lost.
+        ahead = _reserved_ahead(snap, job)
+        lost = sorted(current - (self.usable_for(snap, job, spec, ahead) if ahead else usable))
         if not current <= free and len(free) >= spec.shape.nodes:
             placement = place(snap.view.topology, free, spec.shape, algo=spec.algo,
                               alpha=spec.alpha, time_limit=self.time_limit,
@@ -332,6 +341,20 @@ class Binder:
                     path.unlink()
             except FileNotFoundError:
                 pass
+
+
+def _reserved_ahead(snap: Snapshot, job: JobInfo) -> list[str]:
+    """Our reservations whose large job is ahead of ``job``: running, or waiting before it
+    in Slurm's queue."""
+    mine = queue_order(job)
+    ahead = []
+    for name in snap.reservations:
+        lpj = snap.jobs.get(lpj_of(name) or -1)
+        if lpj is None or lpj.job_id == job.job_id or lpj.state not in ALIVE:
+            continue
+        if lpj.state != "PENDING" or queue_order(lpj) < mine:
+            ahead.append(name)
+    return ahead
 
 
 def _named(job: JobInfo, own: str) -> str | None:
