@@ -14,7 +14,8 @@ from slurm_arnold.snapshot.snapshot import Snapshot
 def listing(loop: Loop) -> list[dict[str, Any]]:
     """One object per reservation of ours open in the database or present in Slurm (the
     ``arnold reserve list --json`` objects)."""
-    snap = Snapshot.read(loop.slurm, loop.config)
+    # Finished jobs too: the jobs admitted into a reservation that ran and ended are listed.
+    snap = Snapshot.read(loop.slurm, loop.config, finished=True)
     rows = loop.records.open_reservations()
     moves = loop.records.bindings_of([lpj_of(n) or 0 for n in
                                       set(rows) | set(snap.reservations)])

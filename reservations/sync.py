@@ -54,6 +54,12 @@ def sync(loop: Loop) -> list[str]:
         if job_id is None:
             continue
         lpj = snap.jobs.get(job_id)
+        if lpj is None:
+            # Not among the unfinished jobs the snapshot reads: ask for this one, for the
+            # reason (and in case it was requeued since).
+            lpj = loop.slurm.job(job_id)
+            if lpj is not None and lpj.state in ALIVE:
+                continue
         if lpj is None or lpj.state not in ALIVE:
             why = "its LPJ vanished" if lpj is None else f"its LPJ is {lpj.state}"
             release(loop, name, why, snap)

@@ -96,6 +96,9 @@ def test_job_reads_are_equal_in_every_state(both: tuple[Slurm, Slurm], slurm: Sl
     assert ours == theirs
     unfinished = {j.job_id: j for j in via_pyslurm.jobs(unfinished=True) if j.job_id in jobs}
     assert unfinished == {i: j for i, j in theirs.items() if j.state in UNFINISHED}
+    detail = {j.job_id: j for j in via_commands.jobs(unfinished=True, detail=True)
+              if j.job_id in jobs}
+    assert detail == unfinished
     assert {j.state for j in ours.values()} >= {"RUNNING", "PENDING", "COMPLETED"}
     assert ours[jobs[2]].excluded_nodes == (tree_nodes(slurm)[0].name,)
 

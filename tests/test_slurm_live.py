@@ -90,7 +90,9 @@ def test_json_and_text_job_lists_agree_on_awkward_jobs(slurm: Slurm) -> None:
         by_json = {j.job_id: j for j in slurm.jobs() if j.job_id in ids}
         by_text = {j.job_id: j for j in slurm.jobs(unfinished=True) if j.job_id in ids}
         by_all_text = {j.job_id: j for j in Slurm(use_json=False).jobs() if j.job_id in ids}
-        assert by_text == by_json == by_all_text
+        by_detail = {j.job_id: j for j in slurm.jobs(unfinished=True, detail=True)
+                     if j.job_id in ids}
+        assert by_text == by_json == by_all_text == by_detail
         assert by_text[ids[0]].name == f"a|b c|{tag}" and by_text[ids[0]].gpus == 12
         assert by_text[ids[1]].required_nodes == (free[0],)
         assert by_text[ids[2]].state == "RUNNING" and set(by_text[ids[2]].nodes) == set(free[1:])

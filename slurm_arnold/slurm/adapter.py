@@ -52,10 +52,11 @@ class Slurm(Runner):
         """Every node with its state and GPUs."""
         return self.backend.nodes()
 
-    def jobs(self, *, unfinished: bool = False) -> list[JobInfo]:
-        """Every job slurmctld still knows, or with ``unfinished`` only those not finished
-        (``slurm_arnold.slurm.jobs.read_jobs`` says why that one is text)."""
-        return self.backend.jobs(unfinished=unfinished)
+    def jobs(self, *, unfinished: bool = False, detail: bool = False) -> list[JobInfo]:
+        """Every job slurmctld still knows, or with ``unfinished`` only those not finished;
+        ``detail`` with their -x and -C too (``slurm_arnold.slurm.jobs.read_jobs`` says what
+        each costs)."""
+        return self.backend.jobs(unfinished=unfinished, detail=detail)
 
     def reservations(self) -> list[Reservation]:
         """Every reservation."""

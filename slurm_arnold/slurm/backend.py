@@ -28,8 +28,9 @@ class SlurmBackend(Protocol):
     def nodes(self) -> list[NodeInfo]:
         """Every node with its state and GPUs."""
 
-    def jobs(self, *, unfinished: bool = False) -> list[JobInfo]:
-        """Every job slurmctld still knows (``unfinished``: only those not finished)."""
+    def jobs(self, *, unfinished: bool = False, detail: bool = False) -> list[JobInfo]:
+        """Every job slurmctld still knows (``unfinished``: only those not finished;
+        ``detail``: their excluded nodes and features too)."""
 
     def reservations(self) -> list[Reservation]:
         """Every reservation."""

@@ -34,9 +34,10 @@ class CommandsBackend:
         """Every node with its state and GPUs."""
         return read_nodes(self.runner)
 
-    def jobs(self, *, unfinished: bool = False) -> list[JobInfo]:
-        """Every job slurmctld still knows (``unfinished``: only those not finished)."""
-        return read_jobs(self.runner, unfinished=unfinished)
+    def jobs(self, *, unfinished: bool = False, detail: bool = False) -> list[JobInfo]:
+        """Every job slurmctld still knows (``unfinished``: only those not finished;
+        ``detail``: their excluded nodes and features too)."""
+        return read_jobs(self.runner, unfinished=unfinished, detail=detail)
 
     def reservations(self) -> list[Reservation]:
         """Every reservation."""

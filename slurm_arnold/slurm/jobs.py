@@ -135,20 +135,26 @@ def jobs_from_squeue_text(text: str) -> list[JobInfo]:
 
 
 
-def read_jobs(runner: Runner, *, unfinished: bool = False) -> list[JobInfo]:
-    """Every job slurmctld still knows, or with ``unfinished`` only those not finished.
+def read_jobs(runner: Runner, *, unfinished: bool = False,
+              detail: bool = False) -> list[JobInfo]:
+    """Every job slurmctld still knows, or with ``unfinished`` only those not finished;
+    ``detail`` adds each job's -x and -C, which only the JSON carries.
 
-    ``unfinished`` asks squeue for text filtered by state: its ``--json`` ignores every
-    filter (22.05) and lists each finished job slurmctld keeps (``MinJobAge``) at a few
-    kilobytes apiece, which arnold-sbatch would pay inside the site lock on every submission.
+    ``unfinished`` alone asks squeue for text filtered by state: JSON costs a few kilobytes a
+    job, which arnold-sbatch would pay inside the site lock on every submission. With
+    ``detail`` too it is JSON filtered by state where squeue filters its JSON (23.02 on);
+    22.05's ``--json`` ignores every filter and lists each finished job slurmctld keeps
+    (``MinJobAge``) as well, which are dropped here.
     """
-    if not unfinished:
-        # 22.05's --json ignores filters and lists every job; 26.05's applies squeue's
+    if detail or not unfinished:
+        # 22.05's --json ignores filters and lists every job; later ones apply squeue's
         # default (unfinished jobs of visible partitions) unless told otherwise.
+        states = SQUEUE_UNFINISHED if unfinished else "all"
         doc = runner.json_doc(["squeue"] if runner.json_family == "v0.0.38"
-                              else ["squeue", "--all", "--states=all"])
+                              else ["squeue", "--all", f"--states={states}"])
         if doc is not None:
-            return jobs_from_json(doc)
+            jobs = jobs_from_json(doc)
+            return [j for j in jobs if j.state in UNFINISHED] if unfinished else jobs
     states = SQUEUE_UNFINISHED if unfinished else "all"
     out = runner.run(["squeue", "--all", "--noheader", f"--states={states}", "--Format",
                       SQUEUE_FORMAT]).stdout

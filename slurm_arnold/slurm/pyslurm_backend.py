@@ -98,8 +98,9 @@ class PyslurmBackend:
             ))
         return out
 
-    def jobs(self, *, unfinished: bool = False) -> list[JobInfo]:
-        """Every job slurmctld still knows (``unfinished``: only those not finished)."""
+    def jobs(self, *, unfinished: bool = False, detail: bool = False) -> list[JobInfo]:
+        """Every job slurmctld still knows (``unfinished``: only those not finished); always
+        with their excluded nodes and features (``detail``), which the RPC carries."""
         loaded = _rpc("Jobs.load", pyslurm.Jobs.load)
         out = []
         for job in loaded.values():

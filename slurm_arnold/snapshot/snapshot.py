@@ -51,13 +51,17 @@ class Snapshot:
     busy: dict[str, set[int]] = field(default_factory=dict)  # node -> running jobs on it
 
     @classmethod
-    def read(cls, slurm: Slurm, config: SiteConfig, partition: str | None = None) -> Snapshot:
+    def read(cls, slurm: Slurm, config: SiteConfig, partition: str | None = None, *,
+             finished: bool = False) -> Snapshot:
         """Read the cluster now (``partition``: the one its usable nodes are of, default the
-        site's)."""
+        site's). Jobs that have finished are left out unless ``finished``: slurmctld keeps
+        them for ``MinJobAge`` (5 minutes by default), and a busy site's are most of the
+        queue's bytes; no decision needs them."""
         reservations = slurm.reservations()
         view = live_cluster(slurm, minipod_level=config.minipod_level,
                             partition=partition or config.partition, reservations=reservations)
-        return cls.of(view, slurm.jobs(), reservations)
+        jobs = slurm.jobs(detail=True) if finished else slurm.jobs(unfinished=True, detail=True)
+        return cls.of(view, jobs, reservations)
 
     @classmethod
     def of(cls, view: ClusterView, jobs: Iterable[JobInfo],
