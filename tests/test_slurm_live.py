@@ -8,6 +8,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -74,7 +75,7 @@ def test_json_and_text_job_lists_agree_on_awkward_jobs(slurm: Slurm) -> None:
     tag = uuid.uuid4().hex[:6]
     ids = [
         slurm.submit(["--hold", "-N", "2", "--gpus=12", "-t", "5", "-J", f"a|b c|{tag}",
-                      "-o", "/dev/null"], "#!/bin/bash\ntrue\n"),
+                      "-x", free[2], "-o", "/dev/null"], "#!/bin/bash\ntrue\n"),
         slurm.submit(["--hold", "-N", "1", "--gpus-per-node=4", "-w", free[0], "-t", "5",
                       "-J", f"pinned-{tag}", "-o", "/dev/null"], "#!/bin/bash\ntrue\n"),
         slurm.submit(["-N", "2", "--gpus-per-node=8", "-w", ",".join(free[1:]), "-t", "5",
@@ -92,7 +93,11 @@ def test_json_and_text_job_lists_agree_on_awkward_jobs(slurm: Slurm) -> None:
         by_all_text = {j.job_id: j for j in Slurm(use_json=False).jobs() if j.job_id in ids}
         by_detail = {j.job_id: j for j in slurm.jobs(unfinished=True, detail=True)
                      if j.job_id in ids}
-        assert by_text == by_json == by_all_text == by_detail
+        # The text has no -x or -C unless asked for them (``detail``).
+        assert by_detail == by_json
+        assert by_json[ids[0]].excluded_nodes == (free[2],)
+        assert by_text == by_all_text == {i: replace(j, excluded_nodes=(), features="")
+                                          for i, j in by_json.items()}
         assert by_text[ids[0]].name == f"a|b c|{tag}" and by_text[ids[0]].gpus == 12
         assert by_text[ids[1]].required_nodes == (free[0],)
         assert by_text[ids[2]].state == "RUNNING" and set(by_text[ids[2]].nodes) == set(free[1:])

@@ -124,3 +124,17 @@ def test_no_jobs_asked_is_no_sacct_call(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(slurm, "run", refuse)
     monkeypatch.setattr(slurm, "json_doc", refuse)
     assert slurm.finished_accounting([]) == {}
+
+
+def test_excluded_nodes_and_features_of_the_narrow_squeue_read() -> None:
+    from slurm_arnold.slurm.jobs import narrowing_from_squeue_text
+
+    text = ("12|n[001-003],n009|a100&ib\n"
+            "13||(null)\n"
+            "14|n002|nvl|a100\n"  # an OR of features holds "|"
+            "garbage\n")
+    assert narrowing_from_squeue_text(text) == {
+        12: (("n001", "n002", "n003", "n009"), "a100&ib"),
+        13: ((), ""),
+        14: (("n002",), "nvl|a100"),
+    }

@@ -5,12 +5,14 @@ v0.0.45 for 24.11 to 26.05; 23.02 to 24.05 are read as text)."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_gpu_count(gres: str | None) -> int:
     """GPUs in a GRES string such as ``gpu:8``, ``gpu:a100:4(S:0-1)``, ``gpu:2(IDX:0,2)``."""
     if not gres or gres in ("(null)", "N/A"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import hostlist
@@ -138,27 +138,47 @@ def jobs_from_squeue_text(text: str) -> list[JobInfo]:
 def read_jobs(runner: Runner, *, unfinished: bool = False,
               detail: bool = False) -> list[JobInfo]:
     """Every job slurmctld still knows, or with ``unfinished`` only those not finished;
-    ``detail`` adds each job's -x and -C, which only the JSON carries.
+    ``detail`` adds each job's -x and -C.
 
-    ``unfinished`` alone asks squeue for text filtered by state: JSON costs a few kilobytes a
-    job, which arnold-sbatch would pay inside the site lock on every submission. With
-    ``detail`` too it is JSON filtered by state where squeue filters its JSON (23.02 on);
-    22.05's ``--json`` ignores every filter and lists each finished job slurmctld keeps
-    (``MinJobAge``) as well, which are dropped here.
+    Every job is read as JSON. Unfinished ones are read as text filtered by state, with a
+    second, narrow read for -x and -C where ``detail`` asks (``--Format`` has no field for
+    excluded nodes; the old ``-o %x`` has): JSON costs a few kilobytes a job, and 22.05's
+    ignores every filter and lists each finished job slurmctld keeps (``MinJobAge``) too: 28 MB
+    and 5 s on a 2,048-node cluster where the text takes 0.03 s.
     """
-    if detail or not unfinished:
+    if not unfinished:
         # 22.05's --json ignores filters and lists every job; later ones apply squeue's
         # default (unfinished jobs of visible partitions) unless told otherwise.
-        states = SQUEUE_UNFINISHED if unfinished else "all"
         doc = runner.json_doc(["squeue"] if runner.json_family == "v0.0.38"
-                              else ["squeue", "--all", f"--states={states}"])
+                              else ["squeue", "--all", "--states=all"])
         if doc is not None:
-            jobs = jobs_from_json(doc)
-            return [j for j in jobs if j.state in UNFINISHED] if unfinished else jobs
+            return jobs_from_json(doc)
     states = SQUEUE_UNFINISHED if unfinished else "all"
     out = runner.run(["squeue", "--all", "--noheader", f"--states={states}", "--Format",
                       SQUEUE_FORMAT]).stdout
-    return jobs_from_squeue_text(out)
+    jobs = jobs_from_squeue_text(out)
+    if not detail:
+        return jobs
+    extra = runner.run(["squeue", "--all", "--noheader", f"--states={states}",
+                        "--format=%i|%x|%f"]).stdout
+    narrowing = narrowing_from_squeue_text(extra)
+    return [replace(j, excluded_nodes=narrowing[j.job_id][0], features=narrowing[j.job_id][1])
+            if j.job_id in narrowing else j for j in jobs]
+
+
+def narrowing_from_squeue_text(text: str) -> dict[int, tuple[tuple[str, ...], str]]:
+    """Each job's excluded nodes (-x) and features (-C) from ``squeue --format=%i|%x|%f``
+    (features last: an OR of them holds "|")."""
+    out: dict[int, tuple[tuple[str, ...], str]] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|", 2)
+        if len(parts) != 3 or not parts[0].isdigit():
+            continue
+        excluded, features = parts[1].strip(), parts[2].strip()
+        out[int(parts[0])] = (
+            tuple(hostlist.expand_hostlist(excluded)) if excluded and excluded != "(null)"
+            else (), "" if features == "(null)" else features)
+    return out
 
 
 def read_job(runner: Runner, job_id: int) -> JobInfo | None:
