@@ -8,7 +8,7 @@ import getpass
 from collections.abc import Sequence
 
 from slurm_arnold.errors import ArnoldError
-from slurm_arnold.slurm import Reservation, Slurm
+from slurm_arnold.slurm import NodeInfo, Reservation, Slurm
 from slurm_arnold.snapshot.view import ClusterView, free_nodes
 from slurm_arnold.topology import Topology, is_block_conf, parse_scontrol_topology
 
@@ -22,6 +22,7 @@ def live_cluster(
     topology: Topology | None = None,
     reservation: str | None = None,
     reservations: Sequence[Reservation] | None = None,
+    nodes: Sequence[NodeInfo] | None = None,
 ) -> ClusterView:
     """Read the live topology, node states and reservations through the adapter.
 
@@ -29,12 +30,12 @@ def live_cluster(
     ``topology``, the partition's as ``live_topology`` read it (configuration, which a caller
     may read before a lock that only the state needs); ``reservation``: the one the job
     names, whose nodes are then the only free ones (``view.free_nodes``); ``reservations``:
-    Slurm's, when the caller has read them already. Raises
+    Slurm's, when the caller has read them already; ``nodes`` likewise. Raises
     ``TopologyError`` when Slurm has no usable topology, ``SlurmError`` when a command fails.
     """
     part = partition or slurm.default_partition()
     topology = topology or live_topology(slurm, part, minipod_level=minipod_level)
-    infos = slurm.nodes()
+    infos = slurm.nodes() if nodes is None else nodes
     free = free_nodes(topology, infos,
                       slurm.reservations() if reservations is None else reservations,
                       partition=part,

@@ -367,13 +367,19 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
     load_solver()
     plans_layout = "model" in request.ours and not {"tp", "pp"} <= set(request.ours)
     early = None
+    # Node states are read before the lock: on a site's cluster they are the longest read
+    # (seconds for thousands of nodes on a busy slurmctld) and every other submission would
+    # wait for it. What the lock guards, that no two submissions are given the same nodes, is
+    # kept by the queue read under it (every node a job was given or named since is in it);
+    # a node that failed meanwhile is what the admin loop's repair is for.
+    nodes = slurm.nodes()
     # Solving early pays where the state will be the same under the lock; while another
     # submission holds the lock it will not be (that one is taking nodes), so then the solve
     # waits for the lock rather than spend a contended core on an answer bound to be dropped.
     if not plans_layout and request.ours.get("placement") != "slurm" \
             and not site_lock_busy(config):
         seen = live_cluster(slurm, minipod_level=config.minipod_level, partition=partition,
-                            topology=topology, reservation=named)
+                            topology=topology, reservation=named, nodes=nodes)
         seen_free = narrow_free(seen, request.sbatch, taken_by_queue(slurm.jobs(unfinished=True)))
         early = solve_early(seen, seen_free, lambda: plan(
             request, seen, seen_free, slurm, config.network, 1, config.tier_weights))
@@ -386,7 +392,8 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
         # submission waits for this one.
         reservations = slurm.reservations()
         view = live_cluster(slurm, minipod_level=config.minipod_level, partition=partition,
-                            topology=topology, reservation=named, reservations=reservations)
+                            topology=topology, reservation=named, reservations=reservations,
+                            nodes=nodes)
         queue = slurm.jobs(unfinished=True)
         planned: dict[str, str] = {}
         if plans_layout:
