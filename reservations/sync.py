@@ -123,7 +123,8 @@ def sync(loop: Loop) -> list[str]:
 def _bind_waiting(loop: Loop) -> tuple[Snapshot, LivePredictor]:
     """The binder's pass over waiting jobs (``reservations.binder``), under the submit lock so
     no submission plans on the nodes a job is moved onto; the cluster as it is after it."""
-    with site_lock(loop.config):
+    # First in line: behind a burst of submissions the pass would wait for all of them.
+    with site_lock(loop.config, first=True):
         snap, predictor = loop.snapshot()
         moved = Binder(loop.config, loop.state, loop.slurm).run(snap, predictor)
     loop.actions.extend(moved)
