@@ -345,7 +345,9 @@ def arm_metrics(arm: Arm, cluster_nodes: int,
     span = (max(ends) - min(f.submit for _, f in ran)) if ran and ends else 0
     arnold_times = [s.seconds for s in arm.submitted if s.job.large and s.job_id is not None]
     plain_times = [s.seconds for s in arm.submitted if not s.job.large and s.job_id is not None]
-    passes = [p.seconds for p in arm.passes if not p.killed]
+    # A pass that failed (slurmctld down: it says so in one line) is counted apart: its time
+    # is Slurm's commands giving up, not the loop's work.
+    passes = [p.seconds for p in arm.passes if not p.killed and p.returncode == 0]
     failed = [p for p in arm.passes if not p.killed and p.returncode != 0]
     warnings = list(dict.fromkeys(line for p in arm.passes if not p.killed
                                   for line in p.stderr.splitlines() if line.strip()))
@@ -368,6 +370,7 @@ def arm_metrics(arm: Arm, cluster_nodes: int,
         "sync_max_s": round(max(passes), 3) if passes else None,
         "sync_first_s": round(passes[0], 3) if passes else None,
         "sync_failed": len(failed),
+        "sync_failed_max_s": round(max(p.seconds for p in failed), 3) if failed else None,
         "sync_warnings": warnings[:10],
     }
 
