@@ -139,3 +139,23 @@ def test_a_cluster_larger_than_a_lanes_ports_is_one_line() -> None:
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.count("\n") == 1 and "4096 nodes" in proc.stderr
     assert "2999 a lane's ports hold" in proc.stderr
+
+
+def test_a_restart_keeps_the_running_clusters_size_unless_told(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Not live: the module's own rule. (A 2,048-node cluster brought back by a bench fault's
+    # `make cluster` with no variables set once came back with the default 64 nodes.)
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("devcluster_under_test", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look it up there
+    spec.loader.exec_module(module)
+    for name in ("MINIPODS", "LEAVES", "NODES", "GPUS", "PORT_BASE"):
+        monkeypatch.delenv(f"ARNOLD_DEV_{name}", raising=False)
+    running = module.Shape(8, 8, 32, 8, module.LANE.port_base)
+    assert module.Shape.from_env(running) == running
+    assert module.Shape.from_env(None).node_count == 64
+    monkeypatch.setenv("ARNOLD_DEV_NODES", "4")
+    assert module.Shape.from_env(running).node_count == 256

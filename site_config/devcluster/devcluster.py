@@ -36,12 +36,16 @@ Usage: devcluster.py [--slurm 22.05|26.05|25.11] up | down | status | root
   build (25.11) if missing and prints its path)
 Size: ARNOLD_DEV_MINIPODS (4), ARNOLD_DEV_LEAVES (leaves per minipod, 4),
 ARNOLD_DEV_NODES (nodes per leaf, 4), ARNOLD_DEV_GPUS (GPUs per node, 8),
-ARNOLD_DEV_PORT_BASE (16800 for 22.05, 18800 for 26.05, 20800 for 25.11).
+ARNOLD_DEV_PORT_BASE (16800 for 22.05, 18800 for 26.05, 20800 for 25.11). On a running
+cluster, a variable left unset keeps the running cluster's value (``up`` restarts what died
+without resizing it); set it to resize.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -146,6 +150,8 @@ def select_lane(name: str) -> None:
 
 
 CLUSTER_NAME = "arnolddev"
+#: The shape the cluster was configured with, beside its pid files.
+SHAPE_FILE = "shape.json"
 DB_PASSWORD = "arnold-dev-only"
 
 
@@ -195,9 +201,15 @@ class Shape:
     port_base: int
 
     @classmethod
-    def from_env(cls) -> Shape:
+    def from_env(cls, running: Shape | None = None) -> Shape:
+        """The shape the variables ask for; ``running``'s values where they are unset."""
+        base = running or cls(4, 4, 4, 8, LANE.port_base)
+        keep = {"ARNOLD_DEV_MINIPODS": base.minipods, "ARNOLD_DEV_LEAVES": base.leaves,
+                "ARNOLD_DEV_NODES": base.nodes, "ARNOLD_DEV_GPUS": base.gpus,
+                "ARNOLD_DEV_PORT_BASE": base.port_base}
+
         def number(name: str, default: int) -> int:
-            raw = os.environ.get(name, str(default))
+            raw = os.environ.get(name, str(keep[name]))
             if not raw.isdigit() or int(raw) < 1:
                 raise ClusterError(f"{name}={raw!r} is not a positive integer; unset it or fix it")
             return int(raw)
@@ -1003,12 +1015,22 @@ def wait_idle(shape: Shape, p: dict[str, Path], timeout: float = 120.0) -> None:
         ) from None
 
 
+def _saved_shape() -> Shape | None:
+    """The shape the cluster was last configured with (``SHAPE_FILE``), if readable."""
+    try:
+        return Shape(**json.loads((RUN / SHAPE_FILE).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
 def up() -> None:
-    shape = Shape.from_env()
+    running = [f for f in RUN.glob("*.pid") if pid_alive(f)]
+    # A restart (the bench's faults, a developer's `make cluster`) keeps the cluster's size.
+    shape = Shape.from_env(_saved_shape() if running else None)
     check_packages()
     p = paths()
     changed = configure(shape, p)
-    running = [f for f in RUN.glob("*.pid") if pid_alive(f)]
+    write_if_changed(RUN / SHAPE_FILE, json.dumps(dataclasses.asdict(shape)) + "\n")
     if changed and running:
         print("devcluster: configuration changed, restarting the daemons", file=sys.stderr)
         down()
