@@ -423,13 +423,68 @@ class DrainResume(Fault):
         self.seen.append("resumed")
 
 
+@dataclass
+class SbatchStop(Fault):
+    """An arnold-sbatch SIGSTOPped while it holds the site lock, SIGKILLed ``down_s`` later
+    (a user's ^Z, a login node that hangs): everyone else waits, then goes on."""
+
+    down_s: float = 60.0
+    killed: float | None = None
+
+    def __post_init__(self) -> None:
+        self.name = "arnold-sbatch SIGSTOP holding the site lock, then SIGKILL"
+        self.expectation = (f"killed {self.down_s:.0f} s later; passes meanwhile: no traceback, "
+                            "at most one line; the lock free at once; the next pass reconciles")
+
+    def act(self, runner: Runner, arm: Arm) -> None:
+        from site_config import load_config
+        from slurm_arnold.site_state import SUBMIT_LOCK
+
+        lock = load_config().state_dir / SUBMIT_LOCK
+        until = time.monotonic() + 300
+        pid = None
+        while pid is None and time.monotonic() < until and not runner.stop.is_set():
+            found = subprocess.run(["pgrep", "-f", "bin/arnold-sbatch"], capture_output=True,
+                                   text=True).stdout.split()
+            pid = next((int(p) for p in found if holds_flock(int(p), lock)), None)
+            if pid is None:
+                time.sleep(0.02)
+        if pid is None:
+            raise ArnoldError("no arnold-sbatch was seen holding the site lock")
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            raise ArnoldError("the arnold-sbatch holding the lock ended first") from None
+        self.when = time.monotonic() - arm.started_at
+        self.seen.append(f"stopped pid {pid} holding the lock")
+        time.sleep(self.down_s)
+        with_lock = holds_flock(pid, lock)
+        os.kill(pid, signal.SIGKILL)
+        self.killed = time.monotonic() - arm.started_at
+        if not with_lock:
+            self.seen.append("it no longer held the lock when killed")
+        deadline = time.monotonic() + 10
+        while holds_flock(pid, lock) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if holds_flock(pid, lock):
+            self.broken.append("the lock was still held 10 s after the kill")
+        else:
+            self.seen.append("killed; the lock was free at once")
+
+    def settle(self, runner: Runner, arm: Arm) -> None:
+        if self.when is None or self.killed is None:
+            return
+        self.judge_passes(arm, self.when, self.killed, "the lock")
+
+
 #: The faults by name, as ``--faults`` takes them.
 KINDS = {"slurmctld": SlurmctldKill, "slurmctld-during-sync": SlurmctldKill,
          "sync": SyncKill, "two-syncs": TwoSyncs, "slurmdbd": SlurmdbdStop,
-         "slurmd": SlurmdKill, "drain": DrainResume}
+         "slurmd": SlurmdKill, "drain": DrainResume, "sbatch-stop": SbatchStop}
 #: The smoke's two (``make test``) and the full run's set.
 SMOKE = ("slurmctld", "sync")
-FULL = ("slurmctld", "slurmctld-during-sync", "sync", "two-syncs", "slurmdbd", "slurmd", "drain")
+FULL = ("slurmctld", "slurmctld-during-sync", "sync", "two-syncs", "slurmdbd", "slurmd", "drain",
+        "sbatch-stop")
 
 
 def make(names: list[str], times: list[float], *, down_s: float) -> list[Fault]:
@@ -443,7 +498,7 @@ def make(names: list[str], times: list[float], *, down_s: float) -> list[Fault]:
                                      during_sync=name == "slurmctld-during-sync"))
         elif name == "slurmdbd":
             out.append(SlurmdbdStop(at, down_s=max(down_s, 180.0) if down_s >= 60 else down_s))
-        elif name in ("slurmd", "drain"):
+        elif name in ("slurmd", "drain", "sbatch-stop"):
             out.append(KINDS[name](at, down_s=down_s))
         elif name == "sync":
             out.append(SyncKill(at, seed=int(at * 1000)))

@@ -16,7 +16,8 @@ every such job still pending, in Slurm's priority order:
   nodes running that job): the lost nodes are replaced by the nearest spares (same leaf,
   then minipod, then the ones that drain first; the way Kueue's topology-aware scheduling
   replaces a failed node) and the mapping solved on the new set, or the job is planned
-  afresh when that costs less by the reservation policy's measure (expected wait + ``spread_weight_h`` x weighted spread).
+  afresh when that costs less by the reservation policy's measure (expected wait +
+  ``spread_weight_h`` x weighted spread).
 * **replans** it when its planned nodes now drain clearly later than others would (a job on
   them outran its prediction or had its limit raised): planned afresh, and moved when that
   beats its plan by ``reservation.replan_gain_min`` of the same measure.

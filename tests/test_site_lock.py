@@ -68,9 +68,9 @@ def test_a_submission_that_waits_too_long_says_so(tmp_path: Path) -> None:
     assert holder.stdout is not None
     holder.stdout.readline()
     try:
-        with pytest.raises(ArnoldError, match="held the site's submit lock for 0 s; try again"):
-            with site_lock(config):
-                pass
+        with pytest.raises(ArnoldError, match="held the site's submit lock for 0 s; try again"), \
+                site_lock(config):
+            pass
     finally:
         holder.communicate(timeout=30)
     with site_lock(config, first=True):

@@ -34,7 +34,7 @@ QUICK = {"jobs": 200, "users": 6, "submit_s": 40.0, "work_s": 50.0, "sync_every"
               help="Seconds between `arnold reserve sync` passes (the admin loop).")
 @click.option("--faults", default="all", show_default=True,
               help="Faults to inject, comma-separated (all, none, or some of: slurmctld, "
-                   "slurmctld-during-sync, sync, two-syncs, slurmdbd, slurmd, drain).")
+                   "slurmctld-during-sync, sync, two-syncs, slurmdbd, slurmd, drain, sbatch-stop).")
 @click.option("--down", "down_s", type=Finite(min=1.0), default=60.0, show_default=True,
               help="Seconds a killed daemon stays down (slurmdbd: at least 3 minutes).")
 @click.option("--large-nodes", type=click.IntRange(min=2), default=32, show_default=True,
