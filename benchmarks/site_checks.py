@@ -36,22 +36,30 @@ class Queued:
     required: frozenset[str]
     nodes: frozenset[str]
     priority: int = 0
+    submit: int = 0
+
+    def order(self) -> tuple[int, int, int]:
+        """Where it stands in Slurm's queue (``sort_job_queue2``, reservations aside): higher
+        priority first, then earlier submits, then lower ids. Ids alone are not the order: a
+        SIGKILLed slurmctld hands out again the ids it had not saved, to later jobs."""
+        return (-self.priority, self.submit, self.job_id)
 
 
 def queue() -> list[Queued]:
     """Every unfinished job (``squeue``)."""
-    out = _run(["squeue", "-h", "-a", "-t", "all", "-o", "%i|%j|%T|%v|%n|%N|%Q"])
+    out = _run(["squeue", "-h", "-a", "-t", "all", "-o", "%i|%j|%T|%v|%n|%N|%Q|%V"])
     jobs = []
     for line in out.splitlines():
         parts = line.split("|")
-        if len(parts) != 7 or not parts[0].isdigit():
+        if len(parts) != 8 or not parts[0].isdigit():
             continue
-        job_id, name, state, res, req, nodes, prio = parts
+        job_id, name, state, res, req, nodes, prio, submit = parts
         if state in ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
                      "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"):
             continue
         jobs.append(Queued(int(job_id), name, state, "" if res in ("(null)", "") else res,
-                           _hosts(req), _hosts(nodes), int(prio) if prio.isdigit() else 0))
+                           _hosts(req), _hosts(nodes), int(prio) if prio.isdigit() else 0,
+                           _epoch(submit) or 0))
     return jobs
 
 
@@ -195,8 +203,7 @@ def snapshot(findings: Findings, prefix: str) -> None:
                     continue
                 lpj = by_id.get(int(name[len(RESERVATION_PREFIX):] or 0)) \
                     if name[len(RESERVATION_PREFIX):].isdigit() else None
-                if lpj is None or lpj.state != "PENDING" or (
-                        lpj.priority, -lpj.job_id) > (job.priority, -job.job_id):
+                if lpj is None or lpj.state != "PENDING" or lpj.order() < job.order():
                     continue
                 taken = hostlist.collect_hostlist(sorted(job.required & nodes))
                 _add(findings.bound_outside, f"job {job.job_id} bound to {taken} of {name} "
