@@ -138,3 +138,19 @@ def test_excluded_nodes_and_features_of_the_narrow_squeue_read() -> None:
         13: ((), ""),
         14: (("n002",), "nvl|a100"),
     }
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("ReqNodeNotAvail, UnavailableNodes:n[001-016,049-064]", "ReqNodeNotAvail"),
+    ("ReqNodeNotAvail, May be reserved for other job", "ReqNodeNotAvail"),
+    ("Resources", "Resources"),
+    ("launch failed requeued held", "launch failed requeued held"),
+    ("Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority "
+     "partitions", "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher "
+     "priority partitions"),
+])
+def test_squeue_texts_description_reads_as_the_reason_the_json_gives(text: str,
+                                                                       reason: str) -> None:
+    from slurm_arnold.slurm.jobs import reason_of
+
+    assert reason_of(text) == reason
