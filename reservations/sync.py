@@ -81,6 +81,9 @@ def sync(loop: Loop) -> list[str]:
     ours = sum(1 for n in snap.reservations if lpj_of(n) is not None
                and snap.jobs.get(lpj_of(n) or -1) is not None)
     made = 0
+    # Nodes that waiting jobs ahead name (-w): a large job behind them is not reserved there
+    # (the reservation would hold them back), whatever kept them from a reservation of their own.
+    named_ahead: set[str] = set()
     for queued in by_priority(snap.jobs.values()):
         if ours >= loop.settings.max_reservations:
             break
@@ -91,7 +94,10 @@ def sync(loop: Loop) -> list[str]:
             continue
         if (job.state != "PENDING" or not snap.is_lpj(job, loop.config) or job.held
                 or reservation_name(job.job_id) in snap.reservations
-                or job.reason not in WAITING_FOR_NODES or job.reservation):
+                or job.reason not in WAITING_FOR_NODES or job.reservation
+                or named_ahead & set(job.required_nodes)):
+            if job.state == "PENDING" and not job.held:
+                named_ahead |= set(job.required_nodes)
             continue
         if loop.config.partition and job.partition != loop.config.partition:
             continue
