@@ -2,10 +2,10 @@
 was: then the lock is held only to read the state and run sbatch, not for the solve.
 
 Exact by construction: the answer is kept only where every input the solve read from Slurm
-(the node table, the free nodes and those left after the queue's claims) is equal inside the
-lock, so it is the answer a solve there would give; anything else is solved again under the
-lock. The early solve's log lines are held back and shown only if its answer is kept, so a
-user never reads a line twice.
+(the free nodes and those left after the queue's claims; the node table is read once, before
+the lock, for both) is equal inside the lock, so it is the answer a solve there would give;
+anything else is solved again under the lock. The early solve's log lines are held back and
+shown only if its answer is kept, so a user never reads a line twice.
 """
 
 from __future__ import annotations
