@@ -142,6 +142,8 @@ class Arm:
     started_at: float = 0.0
     findings: site_checks.Findings = field(default_factory=site_checks.Findings)
     faults: list[dict[str, Any]] = field(default_factory=list)
+    #: Every failed try of a submission: (seconds into the run, the job's index, its stderr).
+    failures: list[tuple[float, int, str]] = field(default_factory=list)
 
 
 class Runner:
@@ -190,6 +192,8 @@ class Runner:
                 return Submitted(job, int(text), seconds, tries, late)
             # A controller that is down (a fault) refuses for a while: a user tries again.
             error = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            with self.lock:
+                arm.failures.append((time.monotonic() - arm.started_at, job.index, proc.stderr))
             if self.stop.is_set():
                 break
             time.sleep(10)

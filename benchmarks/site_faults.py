@@ -10,6 +10,7 @@ restarts only what died and keeps Slurm's state.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -477,14 +478,77 @@ class SbatchStop(Fault):
         self.judge_passes(arm, self.when, self.killed, "the lock")
 
 
+@dataclass
+class StateFull(Fault):
+    """The state directory's file system full for ``down_s`` (a file fills it, then goes):
+    the admin loop's passes and users' arnold-sbatch meet SQLite's and the system's "no
+    space left". Needs the state directory on a file system of its own (``make cluster`` with
+    ``ARNOLD_DEV_STATE_MB``), never the host's."""
+
+    down_s: float = 60.0
+    freed: float | None = None
+
+    def __post_init__(self) -> None:
+        self.name = "state directory's file system full"
+        self.expectation = (f"full for {self.down_s:.0f} s; passes and arnold-sbatch meanwhile: "
+                            "no traceback, at most one line; no database corrupt; the next "
+                            "pass reconciles")
+
+    def act(self, runner: Runner, arm: Arm) -> None:
+        from site_config import load_config
+
+        state = load_config().state_dir
+        if not os.path.ismount(state):
+            raise ArnoldError(f"{state} is not a file system of its own: start the cluster with "
+                              "ARNOLD_DEV_STATE_MB=256 (filling it would fill the host's)")
+        filler = state / ".arnold-bench-fill"
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            filled = 0
+            for size in (1 << 20, 4096, 512):  # what is left after the big writes, too
+                chunk = b"\0" * size
+                try:
+                    while True:
+                        filled += os.write(fd, chunk)
+                except OSError as exc:
+                    if exc.errno != errno.ENOSPC:
+                        raise
+            self.when = time.monotonic() - arm.started_at
+            self.seen.append(f"filled with {filled / 2**20:.0f} MiB")
+            runner.stop.wait(self.down_s)
+        finally:
+            os.close(fd)
+            filler.unlink()
+            self.freed = time.monotonic() - arm.started_at
+
+    def settle(self, runner: Runner, arm: Arm) -> None:
+        if self.when is None or self.freed is None:
+            return
+        self.judge_passes(arm, self.when, self.freed, "free space")
+        # A submission's try that started before the space came back (tries end within
+        # 120 s, SIGKILLed ones aside).
+        tries = [(t, index, err) for t, index, err in arm.failures
+                 if self.when <= t <= self.freed + 120]
+        for t, index, err in tries:
+            if _traceback(err):
+                self.broken.append(f"job {index}'s submission at {t:.0f} s wrote a traceback")
+            elif len(_lines(err)) > 1:
+                self.broken.append(f"job {index}'s submission at {t:.0f} s wrote "
+                                   f"{len(_lines(err))} lines")
+        said = sorted({_lines(err)[-1] for _, _, err in tries if _lines(err)})
+        self.seen.append(f"{len(tries)} submission tries failed meanwhile"
+                         + (f", e.g. {said[0]!r}" if said else ""))
+
+
 #: The faults by name, as ``--faults`` takes them.
 KINDS = {"slurmctld": SlurmctldKill, "slurmctld-during-sync": SlurmctldKill,
          "sync": SyncKill, "two-syncs": TwoSyncs, "slurmdbd": SlurmdbdStop,
-         "slurmd": SlurmdKill, "drain": DrainResume, "sbatch-stop": SbatchStop}
+         "slurmd": SlurmdKill, "drain": DrainResume, "sbatch-stop": SbatchStop,
+         "state-full": StateFull}
 #: The smoke's two (``make test``) and the full run's set.
 SMOKE = ("slurmctld", "sync")
 FULL = ("slurmctld", "slurmctld-during-sync", "sync", "two-syncs", "slurmdbd", "slurmd", "drain",
-        "sbatch-stop")
+        "sbatch-stop", "state-full")
 
 
 def make(names: list[str], times: list[float], *, down_s: float) -> list[Fault]:
@@ -498,7 +562,7 @@ def make(names: list[str], times: list[float], *, down_s: float) -> list[Fault]:
                                      during_sync=name == "slurmctld-during-sync"))
         elif name == "slurmdbd":
             out.append(SlurmdbdStop(at, down_s=max(down_s, 180.0) if down_s >= 60 else down_s))
-        elif name in ("slurmd", "drain", "sbatch-stop"):
+        elif name in ("slurmd", "drain", "sbatch-stop", "state-full"):
             out.append(KINDS[name](at, down_s=down_s))
         elif name == "sync":
             out.append(SyncKill(at, seed=int(at * 1000)))

@@ -19,6 +19,7 @@ switched on its next opening for writing.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sqlite3
@@ -45,6 +46,18 @@ log = logging.getLogger(__name__)
 DB_FILE_MODE = 0o644
 READONLY_HINT = ("it is written by the admin side only (`arnold reserve sync`, `arnold "
                  "predictor retrain`, `arnold site init`)")
+
+
+#: What a writer says when the state's file system is full (SQLite rolled the write back).
+FULL_HINT = ("the file system is full, nothing of this write was kept; free space there "
+             "(`df` names it) and run again")
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite's or the system's "no space left" (SQLITE_FULL, ENOSPC)."""
+    if isinstance(exc, OSError):
+        return exc.errno == errno.ENOSPC
+    return isinstance(exc, sqlite3.OperationalError) and "disk is full" in str(exc)
 
 
 class StateDB:
@@ -161,11 +174,13 @@ class StateDB:
             raise
         try:
             yield self.conn
-        except BaseException:
+            self.conn.execute("COMMIT")
+        except BaseException as exc:
             if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
+            if is_disk_full(exc):
+                raise StateError(f"{self.path}: {FULL_HINT}") from None
             raise
-        self.conn.execute("COMMIT")
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite_utils.Database]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,26 @@ def test_no_wal_database_is_made_under_jobs_dir(tmp_path: Path) -> None:
     assert not [n for n in made if n.endswith(("-wal", "-shm"))], made
     reader.close()
     db.close()
+
+
+def test_a_full_disk_is_one_line_and_keeps_what_was_written(tmp_path: Path) -> None:
+    # SQLite's max_page_count gives the same SQLITE_FULL a full file system does, without one.
+    db = StateDB(tmp_path / "arnold.db")
+    kept = db.record_job({"user": "u", "slurm_job_id": 1, "status": "submitted"})
+    pages = db.conn.execute("PRAGMA page_count").fetchone()[0]
+    db.conn.execute(f"PRAGMA max_page_count = {pages}")
+    with pytest.raises(StateError, match="the file system is full, nothing of this write") as err:
+        for i in range(2, 10_000):
+            db.record_job({"user": "u", "slurm_job_id": i, "status": "x" * 4000})
+    assert "\n" not in str(err.value)
+    assert not db.conn.in_transaction
+    assert db.job_record(kept)["status"] == "submitted"  # type: ignore[index]
+    assert db.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_a_full_disk_outside_a_transaction_is_not_called_a_bug() -> None:
+    from slurm_arnold.cli.errors import unexpected
+
+    line = unexpected(sqlite3.OperationalError("database or disk is full"))
+    assert "file system is full" in line and "bug" not in line
+    assert "bug" in unexpected(sqlite3.OperationalError("no such table: x"))

@@ -812,6 +812,47 @@ def _source_digest() -> str:
     return digest.hexdigest()
 
 
+def mount_state_fs(p: dict[str, Path]) -> str | None:
+    """With ``ARNOLD_DEV_STATE_MB`` set, the site's state directory on a tmpfs of that many
+    MiB: a file system of its own, which ``arnold bench site`` fills for its full-disk fault
+    without touching the host's. What the directory held is copied in; the mount stays until
+    ``down``. Returns what it did, None where there was nothing to do."""
+    raw = os.environ.get("ARNOLD_DEV_STATE_MB", "")
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 16:
+        raise ClusterError(f"ARNOLD_DEV_STATE_MB={raw!r}: give the state file system's size in "
+                           "MiB, at least 16, or unset it")
+    state = p["arnold"]
+    if os.path.ismount(state):
+        return None
+    held = state.with_name(state.name + ".disk")
+    shutil.rmtree(held, ignore_errors=True)
+    if state.exists():
+        state.rename(held)
+    state.mkdir(parents=True)
+    run(["mount", "-t", "tmpfs", "-o", f"size={raw}m,mode=0755", "arnold-state", str(state)])
+    if held.exists():
+        run(["cp", "-a", f"{held}/.", str(state)])  # -a: the users' directories stay theirs
+        shutil.rmtree(held)
+    return f"state directory on a {raw} MiB tmpfs"
+
+
+def unmount_state_fs(p: dict[str, Path]) -> None:
+    """Put the state directory back on the disk (its files kept) if ``mount_state_fs`` put
+    it on a tmpfs."""
+    state = p["arnold"]
+    if not os.path.ismount(state):
+        return
+    held = state.with_name(state.name + ".disk")
+    shutil.rmtree(held, ignore_errors=True)
+    held.mkdir()
+    run(["cp", "-a", f"{state}/.", str(held)])
+    run(["umount", str(state)])
+    state.rmdir()
+    held.rename(state)
+
+
 def install_site(p: dict[str, Path]) -> None:
     """slurm-arnold for every user: a venv of Debian's Python with the project installed (not
     editable: it must not depend on the checkout), refreshed when the sources change; then
@@ -1049,6 +1090,9 @@ def up() -> None:
         wait_answering(shape, p, 60.0)
     else:
         wait_idle(shape, p, idle_timeout(shape))
+    mounted = mount_state_fs(p)
+    if mounted:
+        print(f"devcluster: {mounted}", file=sys.stderr)
     install_site(p)
     conf = p["etc"] / "slurm.conf"
     # The site's arnold comes last on PATH: a developer's own venv, when active, wins.
@@ -1122,6 +1166,7 @@ def down() -> None:
     stop_pidfile(RUN / "mariadb.pid", timeout=60)
     stop_pidfile(RUN / "munged.pid")
     left = kill_leftovers()
+    unmount_state_fs(p)
     if left:
         print(f"devcluster: killed {len(left)} leftover process(es) of this cluster",
               file=sys.stderr)

@@ -14,6 +14,10 @@ def unexpected(exc: BaseException) -> str:
 
     if logging.getLogger().isEnabledFor(logging.DEBUG):
         traceback.print_exception(exc, file=sys.stderr)
+    if type(exc).__name__ == "OperationalError" and "disk is full" in str(exc):
+        # A write outside ``StateDB.transaction`` (SQLite rolled it back): not a bug.
+        return (f"a state database could not be written ({exc}): its file system is full; "
+                "free space there (`df` names it) and run again")
     if isinstance(exc, OSError) and exc.strerror:
         where = f"{exc.filename}: " if exc.filename else ""
         return f"{where}{exc.strerror}"

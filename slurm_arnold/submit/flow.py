@@ -29,7 +29,7 @@ from typing import IO, Any
 import hostlist
 
 from site_config import NetworkTiers, SiteConfig
-from slurm_arnold.errors import ArnoldError, InfeasibleError
+from slurm_arnold.errors import ArnoldError, InfeasibleError, StateError
 from slurm_arnold.placement import NVLINK_GROUPS, JobShape, Parallelism, Placement, place
 from slurm_arnold.placement.align import alpha_from_model
 from slurm_arnold.placement.engine import ALGOS, check_alpha, place_from_node_list
@@ -471,7 +471,7 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
     stored = db.job_record(record_id)
     job_id = stored["slurm_job_id"] if stored else None
     if job_id:
-        write_spec(config, JobSpec(
+        _keep_spec(config, JobSpec(
             int(job_id), caller(), placement_id, par.tp, par.pp, par.dp, job.gpus_per_node,
             placement.alpha, algo, order, request.sbatch.get("partition") or config.partition,
             **{k: request.sbatch.get(k) for k in ("exclude", "nodelist", "constraint")},
@@ -482,6 +482,17 @@ def submit(argv: list[str], config: SiteConfig, *, slurm: Slurm | None = None,
     if code == 0 and job_id:
         after_submit(config, slurm, int(job_id), queued=queued, gpus=job.gpus)
     return code
+
+
+def _keep_spec(config: SiteConfig, spec: JobSpec) -> None:
+    """Write the job's spec; the job is submitted already, so a file that cannot be written (a
+    full disk) is a warning, not a failure the user would answer by submitting again. Without
+    it the admin side leaves the job on the nodes it was given."""
+    try:
+        write_spec(config, spec)
+    except OSError as exc:
+        log.warning("job %d: its spec was not kept (%s: %s); it runs as placed, but the admin "
+                    "side will not place it again", spec.job_id, exc.filename, exc.strerror)
 
 
 def segment_args(placement: Placement, topology: Topology, given: int | None) -> list[str]:
@@ -559,8 +570,14 @@ def _run_sbatch(argv: list[str], request: Request, out: IO[bytes],
     if record is not None:
         db, record_id, lock, locked = record
         match = re.search(rb"(\d+)", first)
-        db.update_job(record_id, {"slurm_job_id": int(match.group(1)) if match else None,
-                                  "status": status if match else "sbatch-failed"})
+        try:
+            db.update_job(record_id, {"slurm_job_id": int(match.group(1)) if match else None,
+                                      "status": status if match else "sbatch-failed"})
+        except StateError as exc:
+            # sbatch has spoken: the job is Slurm's now, placed and with its rank file. Losing
+            # its record (a full disk) must not lose the job nor sbatch's output.
+            log.warning("%s; the job was %s all the same", exc,
+                        f"submitted ({match.group(1).decode()})" if match else "not submitted")
         fcntl.flock(lock, fcntl.LOCK_UN)
         # `arnold bench sbatch` reads this line: what every other submission waits behind.
         log.debug("released the site lock after holding it %.3f s", time.monotonic() - locked)
