@@ -18,7 +18,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from slurm_arnold.errors import ArnoldError
 
@@ -95,6 +95,8 @@ class Fault:
 
     at: float
     name: str = ""
+    #: A fault that meets users' submissions must come while they arrive (``site_run``).
+    during_submissions: ClassVar[bool] = False
     expectation: str = ""
     when: float | None = None
     seen: list[str] = field(default_factory=list)
@@ -210,20 +212,34 @@ class SlurmctldKill(Fault):
                              "after the kill: Duplicate jobid); resumed at the end")
 
 
-def holds_flock(pid: int, path: Path) -> bool:
-    """Whether process ``pid`` holds a ``flock`` on ``path`` (``/proc/locks``)."""
+def flock_holders(path: Path) -> list[int]:
+    """The processes holding a ``flock`` on ``path`` (``/proc/locks``; waiters left out)."""
     try:
         inode = path.stat().st_ino
         text = Path("/proc/locks").read_text()
     except OSError:
-        return False
+        return []
+    holders = []
     for line in text.splitlines():
         parts = line.split()
         # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" (a blocked waiter has "->")
-        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[4] == str(pid) \
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[4].isdigit() \
                 and parts[5].rsplit(":", 1)[-1] == str(inode):
-            return True
-    return False
+            holders.append(int(parts[4]))
+    return holders
+
+
+def holds_flock(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` holds a ``flock`` on ``path``."""
+    return pid in flock_holders(path)
+
+
+def is_arnold_sbatch(pid: int) -> bool:
+    """Whether process ``pid`` runs arnold-sbatch (not the admin loop, which locks too)."""
+    try:
+        return b"bin/arnold-sbatch" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 @dataclass
@@ -429,6 +445,7 @@ class SbatchStop(Fault):
     """An arnold-sbatch SIGSTOPped while it holds the site lock, SIGKILLed ``down_s`` later
     (a user's ^Z, a login node that hangs): everyone else waits, then goes on."""
 
+    during_submissions: ClassVar[bool] = True
     down_s: float = 60.0
     killed: float | None = None
 
@@ -444,18 +461,23 @@ class SbatchStop(Fault):
         lock = load_config().state_dir / SUBMIT_LOCK
         until = time.monotonic() + 300
         pid = None
+        # The lock is held for tens of milliseconds a submission: look often, cheaply; one
+        # that let go before the signal landed is let go on (SIGCONT) and another sought.
         while pid is None and time.monotonic() < until and not runner.stop.is_set():
-            found = subprocess.run(["pgrep", "-f", "bin/arnold-sbatch"], capture_output=True,
-                                   text=True).stdout.split()
-            pid = next((int(p) for p in found if holds_flock(int(p), lock)), None)
+            pid = next((p for p in flock_holders(lock) if is_arnold_sbatch(p)), None)
             if pid is None:
-                time.sleep(0.02)
+                time.sleep(0.005)
+                continue
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pid = None
+                continue
+            if not holds_flock(pid, lock):
+                os.kill(pid, signal.SIGCONT)
+                pid = None
         if pid is None:
             raise ArnoldError("no arnold-sbatch was seen holding the site lock")
-        try:
-            os.kill(pid, signal.SIGSTOP)
-        except ProcessLookupError:
-            raise ArnoldError("the arnold-sbatch holding the lock ended first") from None
         self.when = time.monotonic() - arm.started_at
         self.seen.append(f"stopped pid {pid} holding the lock")
         time.sleep(self.down_s)
@@ -485,6 +507,7 @@ class StateFull(Fault):
     space left". Needs the state directory on a file system of its own (``make cluster`` with
     ``ARNOLD_DEV_STATE_MB``), never the host's."""
 
+    during_submissions: ClassVar[bool] = True
     down_s: float = 60.0
     freed: float | None = None
 

@@ -87,6 +87,9 @@ def run(spec: SiteSpec, progress: Callable[[str], None] = lambda _: None) -> dic
     times = seeded_times(spec.seed, len(spec.faults), spec.fault_window[0] * span,
                          spec.fault_window[1] * span)
     faults = site_faults.make(list(spec.faults), times, down_s=spec.down_s)
+    for fault in faults:
+        if fault.during_submissions:  # the same share of the window, of the arrivals' span
+            fault.at *= spec.submit_s / span
     result: dict[str, Any] = {"log": spec.log, "jobs": len(jobs), "users": len(users),
                               "nodes": cluster_nodes, "seed": spec.seed,
                               "slurm": site_faults.lane(), "large_nodes": spec.large_nodes,

@@ -26,12 +26,12 @@ being EP consecutive DP replicas. Only the default order is defined for such job
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from slurm_arnold.errors import ArnoldError
+from slurm_arnold.files import write_atomically
 from slurm_arnold.placement import Parallelism, Placement
 
 ORDERS = ("tp-dp-pp", "tp-pp-dp", "dp-tp-pp", "pp-tp-dp", "dp-pp-tp", "pp-dp-tp")
@@ -129,10 +129,7 @@ def write_files(directory: Path, placement: Placement, placement_id: str,
     hostfile = directory / f"{name}.hosts"
     for path, text in ((rankfile, render(entries, placement, placement_id, order, parallelism)),
                        (hostfile, "".join(f"{e.node}\n" for e in entries))):
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text)
-        os.chmod(tmp, 0o644)
-        tmp.replace(path)
+        write_atomically(path, text)
     return rankfile, hostfile
 
 

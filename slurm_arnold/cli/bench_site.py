@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from benchmarks.site_faults import KINDS as FAULT_NAMES
 from slurm_arnold.cli.options import Finite, docs_option, json_option, quick_option
 
 #: The smoke ``make test`` runs (about three minutes on the 64-node local cluster).
@@ -33,8 +34,9 @@ QUICK = {"jobs": 200, "users": 6, "submit_s": 40.0, "work_s": 50.0, "sync_every"
 @click.option("--sync-every", type=Finite(min=1.0), default=30.0, show_default=True,
               help="Seconds between `arnold reserve sync` passes (the admin loop).")
 @click.option("--faults", default="all", show_default=True,
-              help="Faults to inject, comma-separated (all, none, or some of: slurmctld, "
-                   "slurmctld-during-sync, sync, two-syncs, slurmdbd, slurmd, drain, sbatch-stop).")
+              help="Faults to inject, comma-separated (all, none, or some of: "
+                   f"{', '.join(FAULT_NAMES)}; state-full needs the cluster's state directory "
+                   "on a file system of its own, ARNOLD_DEV_STATE_MB).")
 @click.option("--down", "down_s", type=Finite(min=1.0), default=60.0, show_default=True,
               help="Seconds a killed daemon stays down (slurmdbd: at least 3 minutes).")
 @click.option("--large-nodes", type=click.IntRange(min=2), default=32, show_default=True,

@@ -490,9 +490,9 @@ def _keep_spec(config: SiteConfig, spec: JobSpec) -> None:
     it the admin side leaves the job on the nodes it was given."""
     try:
         write_spec(config, spec)
-    except OSError as exc:
-        log.warning("job %d: its spec was not kept (%s: %s); it runs as placed, but the admin "
-                    "side will not place it again", spec.job_id, exc.filename, exc.strerror)
+    except StateError as exc:
+        log.warning("job %d was submitted, but its spec was not kept (%s); it runs as placed, "
+                    "and the admin side will not place it again", spec.job_id, exc)
 
 
 def segment_args(placement: Placement, topology: Topology, given: int | None) -> list[str]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from site_config import SiteConfig
 from slurm_arnold.errors import InfeasibleError
+from slurm_arnold.files import write_atomically
 from slurm_arnold.placement import NVLINK_GROUPS, JobShape, Parallelism
 from slurm_arnold.placement.engine import OFFLINE_ALGOS
 from slurm_arnold.rankorder import ORDERS
@@ -79,10 +80,7 @@ def write_spec(config: SiteConfig, spec: JobSpec) -> Path:
     directory = user_dir(config) / SPEC_DIR
     make_dir(directory, USER_DIR_MODE)
     path = directory / f"{spec.job_id}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(spec)))
-    os.chmod(tmp, FILE_MODE)
-    tmp.replace(path)
+    write_atomically(path, json.dumps(asdict(spec)), FILE_MODE)
     return path
 
 
