@@ -552,12 +552,15 @@ class StateFull(Fault):
         # 120 s, SIGKILLed ones aside).
         tries = [(t, index, err) for t, index, err in arm.failures
                  if self.when <= t <= self.freed + 120]
+        # A submission also says what it says every time (a queued job's plan, a missing
+        # model): the fault's part is its error, one line.
         for t, index, err in tries:
+            errors = [line for line in _lines(err) if ": error: " in line]
             if _traceback(err):
                 self.broken.append(f"job {index}'s submission at {t:.0f} s wrote a traceback")
-            elif len(_lines(err)) > 1:
+            elif len(errors) != 1:
                 self.broken.append(f"job {index}'s submission at {t:.0f} s wrote "
-                                   f"{len(_lines(err))} lines")
+                                   f"{len(errors)} error lines: {_lines(err)[-3:]}")
         said = sorted({_lines(err)[-1] for _, _, err in tries if _lines(err)})
         self.seen.append(f"{len(tries)} submission tries failed meanwhile"
                          + (f", e.g. {said[0]!r}" if said else ""))

@@ -93,7 +93,8 @@ def run(spec: SiteSpec, progress: Callable[[str], None] = lambda _: None) -> dic
     result: dict[str, Any] = {"log": spec.log, "jobs": len(jobs), "users": len(users),
                               "nodes": cluster_nodes, "seed": spec.seed,
                               "slurm": site_faults.lane(), "large_nodes": spec.large_nodes,
-                              "sync_every_s": spec.sync_every}
+                              "sync_every_s": spec.sync_every,
+                              "state_dir": str(config.state_dir)}
     t0 = time.monotonic()
     arm = runner.run_arm("arnold", spec.users, faults)
     result["arnold_wall_s"] = round(time.monotonic() - t0)
@@ -197,6 +198,8 @@ def markdown(result: dict[str, Any], command: str) -> str:
     lines += ["", "| fault | when | expectation | seen | held |", "|---|---|---|---|---|"]
     for f in result["faults"]:
         seen = f["seen"] + ("; BROKEN: " + "; ".join(f["broken"]) if f["broken"] else "")
+        if result.get("state_dir"):  # what the messages quote, without this machine's paths
+            seen = seen.replace(result["state_dir"], "<state_dir>")
         lines.append(f"| {f['fault']} | {f['when_s']} s | {f['expectation']} | {seen} | "
                      f"{'yes' if f['held'] else 'NO'} |")
     lines += ["", f"Checked from Slurm's commands and the SQLite files ({result['snapshots']} "
