@@ -81,8 +81,10 @@ def sync(loop: Loop) -> list[str]:
     ours = sum(1 for n in snap.reservations if lpj_of(n) is not None
                and snap.jobs.get(lpj_of(n) or -1) is not None)
     made = 0
-    # Nodes that waiting jobs ahead name (-w): a large job behind them is not reserved there
-    # (the reservation would hold them back), whatever kept them from a reservation of their own.
+    # Nodes that jobs ahead, waiting for nodes alone, name (-w): a large job behind them is not
+    # reserved there (the reservation would hold them back), whatever kept them from a
+    # reservation of their own. A held job or one waiting on a dependency keeps no nodes from
+    # it (``Snapshot.naming_jobs``' rule): it may wait for ever, and the large job with it.
     named_ahead: set[str] = set()
     for queued in by_priority(snap.jobs.values()):
         if ours >= loop.settings.max_reservations:
@@ -96,7 +98,7 @@ def sync(loop: Loop) -> list[str]:
                 or reservation_name(job.job_id) in snap.reservations
                 or job.reason not in WAITING_FOR_NODES or job.reservation
                 or named_ahead & set(job.required_nodes)):
-            if job.state == "PENDING" and not job.held:
+            if job.state == "PENDING" and not job.held and job.reason in WAITING_FOR_NODES:
                 named_ahead |= set(job.required_nodes)
             continue
         if loop.config.partition and job.partition != loop.config.partition:

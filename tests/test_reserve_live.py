@@ -414,6 +414,24 @@ def test_a_reservation_keeps_off_the_nodes_a_job_ahead_of_its_lpj_waits_for(
     assert len(set(ours(slurm)[f"arnold_{lpj}"].nodes) & set(hostlist_of("n[001-048]"))) >= 8
 
 
+def test_a_job_ahead_waiting_on_a_dependency_keeps_no_nodes_from_the_lpj(
+        slurm: Slurm, env: dict[str, str]) -> None:
+    # As above, but job A waits on a dependency that may never be met: the LPJ behind it,
+    # asking for 24 of A's nodes by name, is reserved there at once (it would otherwise wait
+    # as long as A's dependency does).
+    blockers = fill(48, limit_min=5, seconds=290)
+    ahead = sbatch("-N48", "--gres=gpu:1", "--time=3", "-w", "n[001-048]",
+                   f"--dependency=afterok:{blockers[0]}", "--wrap", "sleep 1")
+    lpj = sbatch("-N24", "--exclusive", "--gres=gpu:8", "--time=3", "-w", "n[001-024]",
+                 "--wrap", "sleep 1")
+    wait_state(slurm, lpj, {"PENDING"})
+    assert {j.job_id: j for j in slurm.jobs()}[ahead].reason == "Dependency"
+    sync = arnold(env, "reserve", "sync", "--json")
+    assert f"created arnold_{lpj} on 24 nodes for job {lpj}" in json.loads(sync.stdout), \
+        sync.stderr
+    assert set(ours(slurm)[f"arnold_{lpj}"].nodes) == set(hostlist_of("n[001-024]"))
+
+
 def test_a_job_behind_the_lpj_keeps_no_nodes_from_its_reservation(
         slurm: Slurm, env: dict[str, str]) -> None:
     # The same queue with the two submitted the other way round: the LPJ is ahead, so a job
