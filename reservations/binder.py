@@ -161,7 +161,7 @@ class Binder:
         reservations ``waiting_for`` are left out, as if already gone."""
         own = reservation_name(job.job_id)
         part = spec.partition or snap.view.partition
-        skip = {own, *waiting_for}
+        skip = {own, *waiting_for, *_ending(snap)}
         # Its own reservation moves with it; any other holds nodes it cannot run on unless
         # it names that one (then it runs only there).
         blocked, only = reserved_for_others(
@@ -180,8 +180,10 @@ class Binder:
         usable = self.usable_for(snap, job, spec)
         others = taken - current
         # Free now for this job: idle, usable, and nobody else's pending job names them.
+        ending = _ending(snap)
         idle = free_nodes(snap.view.topology, snap.view.nodes.values(),
-                          [r for r in snap.reservations.values() if r.name != own],
+                          [r for r in snap.reservations.values()
+                           if r.name != own and r.name not in ending],
                           partition=spec.partition or snap.view.partition, user=job.user,
                           reservation=_named(job, own))
         free = (idle & usable) - others
@@ -342,6 +344,21 @@ class Binder:
                     path.unlink()
             except FileNotFoundError:
                 pass
+
+
+def _ending(snap: Snapshot) -> set[str]:
+    """Our reservations whose large job has ended or gone: the same pass deletes them
+    (``reservations.sync``, step 1), so their nodes are not lost to anyone (a job planned
+    there was repaired away from nodes about to be free)."""
+    ending = set()
+    for name in snap.reservations:
+        lpj_id = lpj_of(name)
+        if lpj_id is None:
+            continue
+        lpj = snap.jobs.get(lpj_id)
+        if lpj is None or lpj.state not in ALIVE:
+            ending.add(name)
+    return ending
 
 
 def _reserved_ahead(snap: Snapshot, job: JobInfo) -> list[str]:

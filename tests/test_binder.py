@@ -84,3 +84,19 @@ def test_nodes_held_for_a_large_job_that_runs_are_not_lost_either(tmp_path: Path
     snap.jobs[10] = JobInfo(10, lpj.name, lpj.user, state, FIRST, "gpu", 60,
                             int(time.time()), None, "arnold_10", node_count=4, gpus=32)
     assert _decide(tmp_path, snap, job) is None
+
+
+@pytest.mark.parametrize("state", [None, "COMPLETED", "CANCELLED"])
+def test_nodes_held_for_a_large_job_that_ended_are_not_lost(tmp_path: Path,
+                                                             state: str | None) -> None:
+    # The pass deletes that reservation (step 1, after the binder): a job planned on its nodes
+    # keeps them (it was repaired away from nodes about to be free, 10 to 17 jobs a pass).
+    snap, job = _snapshot(lpj_priority=50)
+    if state is None:
+        del snap.jobs[10]
+    else:
+        lpj = snap.jobs[10]
+        snap.jobs[10] = JobInfo(10, lpj.name, lpj.user, state, (), "gpu", 60, None, None,
+                                "arnold_10", node_count=4, gpus=32)
+    move = _decide(tmp_path, snap, job)
+    assert move is None or (move.kind != "repair" and set(move.placement.nodes()) == set(FIRST))
