@@ -83,9 +83,13 @@ def bench_site(quick: bool, log: str, data: str, n_jobs: int, users: int,
                         passes_log=spec.passes_log)
     result = run(spec, progress=lambda what: click.echo(f"arnold: bench site: {what}",
                                                          err=True))
-    command = (f"arnold bench site --log {log} --jobs {n_jobs} --users {users} "
+    # The command that reruns it, as run (the quick one's sizes are its own).
+    command = ("arnold bench site --quick" if quick else
+               f"arnold bench site --log {log} --jobs {n_jobs} --users {users} "
                f"--submit-minutes {submit_minutes:g} --work-minutes {work_minutes:g} "
-               f"--faults {faults} --seed {seed}")
+               f"--sync-every {sync_every:g} --down {down_s:g} --large-nodes {large_nodes}"
+               + ("" if baseline else " --no-baseline"))
+    command += f" --faults {faults} --seed {seed}"
     if not quick:
         from benchmarks.placement import write_section
 
