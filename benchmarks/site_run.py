@@ -104,9 +104,11 @@ def run(spec: SiteSpec, progress: Callable[[str], None] = lambda _: None) -> dic
     ids = {s.job_id for s in arm.submitted if s.job_id is not None}
     spreads, prolog = start_rows(site_db, ids)
     findings = arm.findings
-    acct = site_checks.accounting(
-        int(time.time() - (time.monotonic() - arm.started_at)) - 120, f"{PREFIX}arnold-")
-    findings.shared_nodes = site_checks.shared_nodes(acct)
+    arm_epoch = time.time() - (time.monotonic() - arm.started_at)
+    acct = site_checks.accounting(int(arm_epoch) - 120, f"{PREFIX}arnold-")
+    kills = [arm_epoch + f.when for f in faults
+             if isinstance(f, site_faults.SlurmctldKill) and f.when is not None]
+    findings.shared_nodes = site_checks.shared_nodes(acct, kills)
     findings.corrupt_databases = site_checks.integrity(dbs)
     findings.unsettled_records = site_checks.unsettled(
         site_db if site_db.exists() else None, user_dbs,
